@@ -1,0 +1,73 @@
+"""Fixtures for the workloads package tests: real-format archives and CLI runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.workloads.cifar_fixture import write_archive
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Archive:
+    path: Path
+    md5: str
+
+
+@pytest.fixture(scope="session")
+def cifar_archive(tmp_path_factory: pytest.TempPathFactory) -> Archive:
+    path = tmp_path_factory.mktemp("cifar") / "cifar-10-python.tar.gz"
+    return Archive(path, write_archive(path))
+
+
+@pytest.fixture
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """Environment for CLI runs: an empty cache and a download URL that cannot leave the host."""
+    env = dict(os.environ)
+    env["WORKLOADS_CACHE"] = str(tmp_path / "cache")
+    env["WORKLOADS_CIFAR10_URL"] = "http://127.0.0.1:9/cifar-10-python.tar.gz"  # discard port
+    env["WORKLOADS_RESULTS"] = str(tmp_path / "results")
+    env.pop("KERAS_BACKEND", None)
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    monkeypatch.setenv("WORKLOADS_CACHE", env["WORKLOADS_CACHE"])
+    monkeypatch.setenv("WORKLOADS_CIFAR10_URL", env["WORKLOADS_CIFAR10_URL"])
+    yield env
+
+
+def run_cli(
+    args: list[str], env: dict[str, str], timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workloads", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def assert_one_line_error(
+    result: subprocess.CompletedProcess[str], command: str, *fragments: str
+) -> str:
+    """A failed run: non-zero exit, no traceback, exactly one error line holding ``fragments``."""
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [
+        ln
+        for ln in result.stderr.splitlines()
+        if ln.startswith(f"workloads {command}: error:") or ln.startswith("workloads: error:")
+    ]
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]

@@ -1,0 +1,160 @@
+"""``workloads cifar10`` end to end: records, replicas, backends, and every bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.workloads.conftest import Archive, assert_one_line_error, run_cli
+
+REQUIRED_FIELDS = {
+    "workload",
+    "model",
+    "backend",
+    "data",
+    "devices",
+    "replicas",
+    "batch_size_per_replica",
+    "global_batch_size",
+    "precision",
+    "xla",
+    "examples_per_sec",
+    "step_time_s",
+    "epoch_times_s",
+    "accuracy",
+    "started_at",
+    "env",
+}
+ENV_FIELDS = {"host", "cpu", "gpus", "driver", "versions", "cuda_build", "cudnn_build"}
+SMALL = ["--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "8", "--log-every", "2"]
+
+
+def test_the_issue_command_writes_a_complete_record(
+    tmp_path: Path, isolated_env: dict[str, str]
+) -> None:
+    out = tmp_path / "out.json"
+    result = run_cli(
+        [
+            "cifar10",
+            "--model",
+            "cnn",
+            "--data",
+            "synthetic",
+            "--steps-per-epoch",
+            "30",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "64",
+            "--output",
+            str(out),
+        ],
+        isolated_env,
+    )
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    assert record.keys() >= REQUIRED_FIELDS
+    assert record["env"].keys() >= ENV_FIELDS
+    assert record["workload"] == "cifar10" and record["status"] == "ok"
+    assert record["replicas"] == 1 and record["global_batch_size"] == 64
+    assert len(record["epoch_times_s"]) == 2 and record["examples_per_sec"] > 0
+    assert record["accuracy"] is None  # synthetic data has no test set
+    assert "step 30, loss = " in result.stdout and "examples/sec; " in result.stdout
+    log = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert json.loads(log[-1])["started_at"] == record["started_at"]
+
+
+def test_two_replicas_on_two_logical_cpus(tmp_path: Path, isolated_env: dict[str, str]) -> None:
+    out = tmp_path / "mirrored.json"
+    result = run_cli(["cifar10", *SMALL, "--cpu-replicas", "2", "--output", str(out)], isolated_env)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    assert record["replicas"] == 2
+    assert record["global_batch_size"] == 16 and record["batch_size_per_replica"] == 8
+    assert record["learning_rate"] == pytest.approx(0.02)  # scaled linearly by replicas
+    assert len(record["devices"]) == 2
+
+
+def test_real_format_data_reports_accuracy(
+    tmp_path: Path, isolated_env: dict[str, str], cifar_archive: Archive
+) -> None:
+    env = {**isolated_env, "WORKLOADS_CIFAR10_MD5": cifar_archive.md5}
+    out = tmp_path / "real.json"
+    result = run_cli(
+        [
+            "cifar10",
+            "--data",
+            "cifar10",
+            "--data-dir",
+            str(cifar_archive.path.parent),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "4",
+            "--output",
+            str(out),
+        ],
+        env,
+    )
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    assert record["data"] == "cifar10" and 0.0 <= record["accuracy"] <= 1.0
+    assert record["steps_per_epoch"] == 10  # 40 training images / batch 4
+    assert record["test_examples"] == 8
+
+
+def test_auto_falls_back_to_synthetic_offline(tmp_path: Path, isolated_env: dict[str, str]) -> None:
+    out = tmp_path / "auto.json"
+    result = run_cli(["cifar10", "--data", "auto", *SMALL, "--output", str(out)], isolated_env)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    assert record["data"] == "synthetic" and "cannot download" in record["data_fallback_reason"]
+    assert "using synthetic data" in result.stderr
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_other_keras_backends(backend: str, tmp_path: Path, isolated_env: dict[str, str]) -> None:
+    out = tmp_path / f"{backend}.json"
+    result = run_cli(
+        ["cifar10", *SMALL, "--output", str(out)], {**isolated_env, "KERAS_BACKEND": backend}
+    )
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    assert record["backend"] == backend and record["examples_per_sec"] > 0
+
+
+BAD_INPUTS = [
+    (["--batch-size", "0"], "argument --batch-size: must be > 0"),
+    (["--batch-size", "x"], "is not a whole number"),
+    (["--model", "vgg"], "invalid choice: 'vgg'"),
+    (["--gpus", "2"], "--gpus 2 but only 0 GPU(s) visible"),
+    (["--epochs", "-1"], "must be > 0"),
+    (["--data-dir", "/nonexistent"], "--data-dir given with --data synthetic"),
+    (["--data", "cifar10", "--data-dir", "/nonexistent"], "not found"),
+    (["--data", "cifar10"], "cannot download"),
+    (["--save-model", "m.h5"], "must end in .keras"),
+    (["--output", "/proc/forbidden/out.json"], "cannot write to /proc/forbidden"),
+    (["--cpu-replicas", "2"], "several replicas need the tensorflow backend"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
+def test_bad_input_is_one_line(args: list[str], message: str, isolated_env: dict[str, str]) -> None:
+    env = {**isolated_env, "KERAS_BACKEND": "jax"} if "--cpu-replicas" in args else isolated_env
+    result = run_cli(["cifar10", *args], env)
+    assert_one_line_error(result, "cifar10", message)
+    results = Path(isolated_env["WORKLOADS_RESULTS"])
+    assert not [p for p in results.rglob("*") if p.is_file()]  # nothing half-written
+
+
+def test_wrong_md5_and_oversized_batch(
+    tmp_path: Path, isolated_env: dict[str, str], cifar_archive: Archive
+) -> None:
+    data_dir = ["--data", "cifar10", "--data-dir", str(cifar_archive.path.parent)]
+    result = run_cli(["cifar10", *data_dir], isolated_env)
+    assert_one_line_error(result, "cifar10", "has MD5", "download cifar-10-python.tar.gz again")
+    env = {**isolated_env, "WORKLOADS_CIFAR10_MD5": cifar_archive.md5}
+    result = run_cli(["cifar10", *data_dir, "--batch-size", "64"], env)
+    assert_one_line_error(result, "cifar10", "global batch 64 is larger than the 8 images")

@@ -1,0 +1,128 @@
+"""The CIFAR-10 archive: decoding of the real format, MD5 checks, download, errors."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.workloads.cifar_fixture import TEST_IMAGES, TRAIN_PER_BATCH, pixel
+from tests.workloads.conftest import Archive
+from workloads.cifar10 import data
+from workloads.errors import WorkloadError
+
+
+@pytest.fixture
+def expect_md5(cifar_archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKLOADS_CIFAR10_MD5", cifar_archive.md5)
+
+
+def test_decode_puts_every_byte_where_it_belongs(cifar_archive: Archive) -> None:
+    cifar = data.load_archive(cifar_archive.path)
+    assert cifar.x_train.shape == (5 * TRAIN_PER_BATCH, 32, 32, 3)
+    assert cifar.x_train.dtype == np.uint8
+    assert cifar.x_test.shape == (TEST_IMAGES, 32, 32, 3)
+    n, r, c = np.meshgrid(
+        np.arange(5 * TRAIN_PER_BATCH), np.arange(32), np.arange(32), indexing="ij"
+    )
+    for channel in range(3):
+        expected = (n * 7 + channel * 50 + r * 3 + c) % 256
+        np.testing.assert_array_equal(cifar.x_train[..., channel], expected)
+    assert cifar.x_test[3, 5, 9, 2] == pixel(10_003, 2, 5, 9)
+    np.testing.assert_array_equal(cifar.y_train, np.arange(5 * TRAIN_PER_BATCH) % 10)
+    np.testing.assert_array_equal(cifar.y_test, (10_000 + np.arange(TEST_IMAGES)) % 10)
+
+
+def test_wrong_md5_is_refused(cifar_archive: Archive) -> None:
+    with pytest.raises(WorkloadError, match=r"has MD5 .* expected c58f30108f"):
+        data.locate_archive(cifar_archive.path)
+
+
+def test_archive_in_data_dir_is_used(cifar_archive: Archive, expect_md5: None) -> None:
+    assert data.locate_archive(cifar_archive.path.parent) == cifar_archive.path
+
+
+def test_missing_archive_names_the_file_and_the_url(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match=r"cifar-10-python.tar.gz not found.*download https://"):
+        data.locate_archive(tmp_path)
+
+
+def test_corrupt_archive_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = tmp_path / data.ARCHIVE_NAME
+    bad.write_bytes(b"\x1f\x8b not really gzip")
+    monkeypatch.setenv("WORKLOADS_CIFAR10_MD5", data.md5sum(bad))
+    with pytest.raises(WorkloadError, match="not a valid CIFAR-10 python archive"):
+        data.load_archive(data.locate_archive(bad))
+
+
+@pytest.fixture
+def archive_server(cifar_archive: Archive) -> Iterator[str]:
+    """Serve the fixture archive on 127.0.0.1 (an ephemeral port) over plain HTTP."""
+    class QuietHandler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    handler = functools.partial(QuietHandler, directory=str(cifar_archive.path.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{data.ARCHIVE_NAME}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_download_verifies_and_caches(
+    archive_server: str, expect_md5: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKLOADS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WORKLOADS_CIFAR10_URL", archive_server)
+    path = data.locate_archive(None)
+    assert path == tmp_path / "cache" / data.ARCHIVE_NAME
+    assert data.load_archive(path).x_train.shape[0] == 5 * TRAIN_PER_BATCH
+    monkeypatch.setenv("WORKLOADS_CIFAR10_URL", "http://127.0.0.1:9/gone")
+    assert data.locate_archive(None) == path  # second call: from the cache, no network
+
+
+def test_download_with_wrong_md5_leaves_nothing(
+    archive_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKLOADS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WORKLOADS_CIFAR10_URL", archive_server)
+    with pytest.raises(WorkloadError, match="has MD5"):
+        data.locate_archive(None)
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_offline_download_says_where_to_put_the_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKLOADS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WORKLOADS_CIFAR10_URL", "http://127.0.0.1:9/cifar-10-python.tar.gz")
+    with pytest.raises(WorkloadError, match=r"cannot download .*place cifar-10-python.tar.gz in"):
+        data.locate_archive(None)
+
+
+def test_pipeline_crops_flips_and_drops_the_partial_batch(cifar_archive: Archive) -> None:
+    import tensorflow as tf
+
+    cifar = data.load_archive(cifar_archive.path)
+    train = data.real_dataset(
+        tf, cifar.x_train, cifar.y_train, global_batch=16, image_size=24, crop=24, train=True
+    )
+    x, y = next(iter(train))
+    assert x.shape == (16, 24, 24, 3) and y.shape == (16,)
+    assert abs(float(tf.reduce_mean(x[0]))) < 1e-4  # per-image standardisation
+    test = data.real_dataset(
+        tf, cifar.x_test, cifar.y_test, global_batch=3, image_size=128, crop=None, train=False
+    )
+    batches = list(test)
+    assert len(batches) == TEST_IMAGES // 3  # the partial batch of 2 is dropped
+    assert batches[0][0].shape == (3, 128, 128, 3)
+    np.testing.assert_array_equal(batches[0][1].numpy(), cifar.y_test[:3])

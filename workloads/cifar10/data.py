@@ -1,0 +1,223 @@
+"""CIFAR-10 input: the official archive (download, MD5, decode) and tf.data pipelines.
+
+The archive is Alex Krizhevsky's ``cifar-10-python.tar.gz``: five pickled
+training batches and one test batch, each a dict with ``data`` (N x 3072 uint8,
+channel-planar: 1024 red, 1024 green, 1024 blue bytes per image) and ``labels``.
+Downloads are verified against the published MD5 before use; offline hosts
+place the archive in ``--data-dir`` or the cache directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workloads.errors import WorkloadError
+
+ARCHIVE_NAME = "cifar-10-python.tar.gz"
+ARCHIVE_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
+TRAIN_MEMBERS = tuple(f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6))
+TEST_MEMBER = "cifar-10-batches-py/test_batch"
+IMAGE_SHAPE = (32, 32, 3)
+NUM_CLASSES = 10
+DOWNLOAD_TIMEOUT_S = 20
+
+
+@dataclass(frozen=True)
+class Cifar10:
+    """Decoded CIFAR-10: uint8 images (N, 32, 32, 3) and int32 labels (N,)."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def cache_dir() -> Path:
+    """``$WORKLOADS_CACHE`` or ``~/.cache/workloads``: where downloads are kept."""
+    return Path(os.environ.get("WORKLOADS_CACHE", Path.home() / ".cache" / "workloads"))
+
+
+def archive_url() -> str:
+    """The download URL; ``WORKLOADS_CIFAR10_URL`` points it at a mirror."""
+    return os.environ.get("WORKLOADS_CIFAR10_URL", ARCHIVE_URL)
+
+
+def archive_md5() -> str:
+    """The expected MD5; a mirror with a repacked archive sets ``WORKLOADS_CIFAR10_MD5``."""
+    return os.environ.get("WORKLOADS_CIFAR10_MD5", ARCHIVE_MD5)
+
+
+def md5sum(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def locate_archive(data_dir: Path | None, *, download: bool = True) -> Path:
+    """Find the archive in ``data_dir`` or the cache, else download it into the cache.
+
+    A file that is present but has the wrong MD5 is an error, never silently used
+    or overwritten: it is the user's file, and the message says how to fix it.
+    """
+    if data_dir is not None:
+        candidate = Path(data_dir) / ARCHIVE_NAME if Path(data_dir).is_dir() else Path(data_dir)
+        if not candidate.is_file():
+            raise WorkloadError(
+                f"{candidate} not found",
+                f"download {ARCHIVE_URL} and place it there, or drop --data-dir to use the cache",
+            )
+        verify(candidate)
+        return candidate
+    cached = cache_dir() / ARCHIVE_NAME
+    if cached.is_file():
+        verify(cached)
+        return cached
+    if not download:
+        raise WorkloadError(
+            f"CIFAR-10 archive not in {cached}", "pass --data-dir or allow download"
+        )
+    return fetch(archive_url(), cached)
+
+
+def verify(path: Path) -> None:
+    actual = md5sum(path)
+    if actual != archive_md5():
+        raise WorkloadError(
+            f"{path} has MD5 {actual}, expected {archive_md5()} (corrupt or wrong file)",
+            f"delete it and download {ARCHIVE_NAME} again",
+        )
+
+
+def fetch(url: str, dest: Path) -> Path:
+    """Download ``url`` to ``dest`` through a temp file; verify before it appears."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        with (
+            os.fdopen(fd, "wb") as out,
+            urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response,
+        ):
+            shutil.copyfileobj(response, out)
+        verify(tmp)
+        tmp.replace(dest)
+    except (urllib.error.URLError, OSError) as exc:
+        tmp.unlink(missing_ok=True)
+        reason = getattr(exc, "reason", None) or exc
+        raise WorkloadError(
+            f"cannot download {url} ({reason})",
+            f"on an offline host place {ARCHIVE_NAME} in {dest.parent} or pass --data-dir",
+        ) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def decode_batch(raw: bytes | Any) -> tuple[np.ndarray, np.ndarray]:
+    """Decode one pickled batch into (N, 32, 32, 3) uint8 images and int32 labels."""
+    batch = pickle.loads(raw, encoding="bytes") if isinstance(raw, bytes) else raw
+    if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
+        raise ValueError("not a CIFAR-10 batch (no data/labels keys)")
+    data = np.asarray(batch[b"data"], dtype=np.uint8)
+    labels = np.asarray(batch[b"labels"], dtype=np.int32)
+    if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
+        raise ValueError(f"unexpected batch shape {data.shape} with {len(labels)} labels")
+    images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # planar RGB -> HWC
+    return np.ascontiguousarray(images), labels
+
+
+def load_archive(path: Path) -> Cifar10:
+    """Read the five training batches and the test batch straight from the tar.gz."""
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            parts = {}
+            for member in (*TRAIN_MEMBERS, TEST_MEMBER):
+                fh = tar.extractfile(member)
+                if fh is None:
+                    raise KeyError(member)
+                parts[member] = decode_batch(fh.read())
+    except (tarfile.TarError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+        raise WorkloadError(
+            f"{path} is not a valid CIFAR-10 python archive ({exc})",
+            f"delete it and download {ARCHIVE_NAME} again",
+        ) from exc
+    x_train = np.concatenate([parts[m][0] for m in TRAIN_MEMBERS])
+    y_train = np.concatenate([parts[m][1] for m in TRAIN_MEMBERS])
+    x_test, y_test = parts[TEST_MEMBER]
+    return Cifar10(x_train, y_train, x_test, y_test)
+
+
+# --- tf.data pipelines ------------------------------------------------------------------
+
+
+def _preprocess(tf: Any, image: Any, size: int, crop: int | None, train: bool) -> Any:
+    """uint8 HWC -> float32, augmented in training, standardised per image."""
+    image = tf.cast(image, tf.float32) / 255.0
+    if crop is not None:  # tutorial CNN: random 24x24 crop for training, centre crop for test
+        image = (
+            tf.image.random_crop(image, (crop, crop, 3))
+            if train
+            else tf.image.resize_with_crop_or_pad(image, crop, crop)
+        )
+    elif train:  # larger models: pad 4 and crop back, the usual CIFAR augmentation
+        image = tf.image.resize_with_crop_or_pad(image, 40, 40)
+        image = tf.image.random_crop(image, (32, 32, 3))
+    if train:
+        image = tf.image.random_flip_left_right(image)
+    if size != image.shape[0]:
+        image = tf.image.resize(image, (size, size))
+    return tf.image.per_image_standardization(image)
+
+
+def real_dataset(
+    tf: Any,
+    images: np.ndarray,
+    labels: np.ndarray,
+    *,
+    global_batch: int,
+    image_size: int,
+    crop: int | None,
+    train: bool,
+    seed: int = 0,
+) -> Any:
+    """A shuffled, augmented, batched and prefetched dataset over the decoded arrays.
+
+    ``drop_remainder`` is always on: a last partial batch would leave some replicas
+    of a MirroredStrategy with no data, which makes BatchNorm produce NaN (seed 003).
+    """
+    ds = tf.data.Dataset.from_tensor_slices((images, labels))
+    if train:
+        ds = ds.shuffle(min(len(images), 10_000), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.map(
+        lambda x, y: (_preprocess(tf, x, image_size, crop, train), y),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=not train,
+    )
+    ds = ds.batch(global_batch, drop_remainder=True)
+    if train:
+        ds = ds.repeat()
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def synthetic_dataset(tf: Any, *, global_batch: int, image_size: int, seed: int = 0) -> Any:
+    """One random batch repeated forever: measures the model alone, with no input cost."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((global_batch, image_size, image_size, 3)).astype(np.float32)
+    y = rng.integers(0, NUM_CLASSES, size=(global_batch,)).astype(np.int32)
+    return tf.data.Dataset.from_tensors((x, y)).repeat()

@@ -1,0 +1,302 @@
+"""The CIFAR-10 benchmark run: devices and strategy, data, model, timed fit, record.
+
+Multi-GPU follows the seeds: ``tf.distribute.MirroredStrategy`` over the first
+N visible GPUs, a per-replica batch (global = batch x replicas), the learning
+rate scaled linearly with the replica count, the last partial batch dropped, and
+the model saved from the one model object (no parallel wrapper to unwrap).
+Importing this module imports Keras; callers set KERAS_BACKEND before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workloads.cifar10 import data as cifar_data
+from workloads.cifar10.models import MODELS, ModelSpec
+from workloads.cifar10.timing import StepTimer, steady_state
+from workloads.errors import OutOfMemory, WorkloadError, is_out_of_memory
+
+TRAIN_IMAGES = 50_000
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a run; stored verbatim in the record's ``params``."""
+
+    model: str = "cnn"
+    data: str = "synthetic"
+    data_dir: str | None = None
+    epochs: int = 2
+    steps_per_epoch: int | None = None
+    batch_size: int = 128
+    gpus: int | None = None
+    cpu_replicas: int = 1
+    precision: str = "fp32"
+    xla: bool = False
+    image_size: int | None = None
+    learning_rate: float = 0.01
+    log_every: int = 10
+    seed: int = 0
+    save_model: str | None = None
+
+
+@dataclass
+class Placement:
+    """Where the replicas run, and the strategy that puts them there."""
+
+    strategy: Any
+    replicas: int
+    device_names: list[str]
+    gpu_count: int
+
+
+def backend_name() -> str:
+    import keras
+
+    return str(keras.backend.backend())
+
+
+def place(config: TrainConfig) -> Placement:
+    """Choose devices and the distribution strategy, validating --gpus/--cpu-replicas."""
+    backend = backend_name()
+    from workloads.envinfo import cpu_model
+
+    if backend != "tensorflow":
+        if (config.gpus or 0) > 1 or config.cpu_replicas > 1:
+            raise WorkloadError(
+                f"several replicas need the tensorflow backend (KERAS_BACKEND={backend})",
+                "unset KERAS_BACKEND or use one device",
+            )
+        return Placement(contextlib.nullcontext(), 1, [_single_device_name(backend)], 0)
+
+    import tensorflow as tf
+
+    from workloads.devices import require_supported, setup_tensorflow
+
+    gpus = setup_tensorflow(tf, cpu_replicas=config.cpu_replicas if config.gpus is None else 1)
+    require_supported(gpus)
+    if gpus and config.cpu_replicas > 1:
+        raise WorkloadError(
+            "--cpu-replicas is for hosts without a GPU, and GPUs are visible",
+            "use --gpus N, or hide the GPUs with CUDA_VISIBLE_DEVICES=",
+        )
+    wanted = len(gpus) if config.gpus is None else config.gpus
+    if wanted > len(gpus):
+        raise WorkloadError(
+            f"--gpus {wanted} but only {len(gpus)} GPU(s) visible",
+            f"use --gpus {len(gpus)} or fewer" if gpus else "drop --gpus to run on the CPU",
+        )
+    if wanted >= 1:
+        chosen = gpus[:wanted]
+        names = [g.name for g in chosen]
+        devices = [f"/gpu:{g.index}" for g in chosen]
+        strategy = (
+            tf.distribute.MirroredStrategy(devices)
+            if wanted > 1
+            else tf.distribute.OneDeviceStrategy(devices[0])
+        )
+        return Placement(strategy, wanted, names, wanted)
+    if config.cpu_replicas > 1:
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")][: config.cpu_replicas]
+        strategy = tf.distribute.MirroredStrategy(
+            devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
+        )
+        return Placement(strategy, len(devices), [cpu_model()] * len(devices), 0)
+    return Placement(tf.distribute.get_strategy(), 1, [cpu_model()], 0)
+
+
+def _single_device_name(backend: str) -> str:
+    from workloads.envinfo import cpu_model
+
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return str(getattr(device, "device_kind", device.platform))
+    if backend == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            return str(torch.cuda.get_device_name(0))
+    return cpu_model()
+
+
+def set_precision(config: TrainConfig, placement: Placement) -> str:
+    """Set the Keras dtype policy: float16 on GPUs, bfloat16 on CPUs (where it helps)."""
+    import keras
+
+    if config.precision == "fp32":
+        policy = "float32"
+    else:
+        policy = "mixed_float16" if placement.gpu_count else "mixed_bfloat16"
+    keras.mixed_precision.set_dtype_policy(policy)
+    return policy
+
+
+def make_datasets(
+    config: TrainConfig, spec: ModelSpec, global_batch: int
+) -> tuple[Any, Any | None, int, dict[str, Any]]:
+    """Training dataset, optional test dataset, steps per epoch, and data facts for the record."""
+    import tensorflow as tf
+
+    image_size = config.image_size or spec.image_size
+    crop = (config.image_size or spec.crop) if spec.crop else None
+    facts: dict[str, Any] = {"data": config.data, "image_size": image_size}
+    data = config.data
+    archive: Path | None = None
+    if data in ("cifar10", "auto"):
+        try:
+            archive = cifar_data.locate_archive(Path(config.data_dir) if config.data_dir else None)
+            data = "cifar10"
+        except WorkloadError as exc:
+            if data == "cifar10":
+                raise
+            print(
+                f"note: real CIFAR-10 unavailable ({exc.problem}); using synthetic data",
+                file=sys.stderr,
+            )
+            facts["data_fallback_reason"] = exc.problem
+            data = "synthetic"
+    facts["data"] = data
+    if data == "synthetic":
+        train = cifar_data.synthetic_dataset(
+            tf, global_batch=global_batch, image_size=image_size, seed=config.seed
+        )
+        steps = config.steps_per_epoch or TRAIN_IMAGES // global_batch
+        if steps == 0:
+            raise _batch_too_large(global_batch, TRAIN_IMAGES)
+        return train, None, steps, facts
+    assert archive is not None
+    cifar = cifar_data.load_archive(archive)
+    full_steps = len(cifar.x_train) // global_batch
+    if full_steps == 0 or len(cifar.x_test) // global_batch == 0:
+        raise _batch_too_large(global_batch, min(len(cifar.x_train), len(cifar.x_test)))
+    facts["archive"] = str(archive)
+    train = cifar_data.real_dataset(
+        tf,
+        cifar.x_train,
+        cifar.y_train,
+        global_batch=global_batch,
+        image_size=image_size,
+        crop=crop,
+        train=True,
+        seed=config.seed,
+    )
+    test = cifar_data.real_dataset(
+        tf,
+        cifar.x_test,
+        cifar.y_test,
+        global_batch=global_batch,
+        image_size=image_size,
+        crop=crop,
+        train=False,
+    )
+    facts["test_examples"] = (len(cifar.x_test) // global_batch) * global_batch
+    return train, test, config.steps_per_epoch or full_steps, facts
+
+
+def _batch_too_large(global_batch: int, available: int) -> WorkloadError:
+    return WorkloadError(
+        f"global batch {global_batch} is larger than the {available} images available",
+        "lower --batch-size (it is per replica) or use fewer replicas",
+    )
+
+
+def build_model(config: TrainConfig, spec: ModelSpec, placement: Placement, image_size: int) -> Any:
+    import keras
+
+    backend = backend_name()
+    scaled_lr = config.learning_rate * placement.replicas
+    with _scope(placement.strategy):
+        model = spec.build(image_size)
+        model.compile(
+            optimizer=keras.optimizers.SGD(learning_rate=scaled_lr, momentum=0.9),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            jit_compile=_jit_compile(config, backend),
+        )
+    return model
+
+
+def _jit_compile(config: TrainConfig, backend: str) -> bool:
+    """XLA where asked (TF); JAX always compiles; torch.compile is not a benchmark default."""
+    if backend == "jax":
+        return True
+    if backend == "torch":
+        return False
+    return config.xla
+
+
+def _scope(strategy: Any) -> Any:
+    return strategy.scope() if hasattr(strategy, "scope") else strategy
+
+
+def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
+    """Run the benchmark and fill ``record`` with its figures; returns the record."""
+    import keras
+
+    spec = MODELS[config.model]
+    keras.utils.set_random_seed(config.seed)
+    placement = place(config)
+    global_batch = config.batch_size * placement.replicas
+    policy = set_precision(config, placement)
+    train_ds, test_ds, steps, facts = make_datasets(config, spec, global_batch)
+    backend = backend_name()
+    record.update(
+        model=config.model,
+        backend=backend,
+        devices=placement.device_names,
+        replicas=placement.replicas,
+        batch_size_per_replica=config.batch_size,
+        global_batch_size=global_batch,
+        learning_rate=config.learning_rate * placement.replicas,
+        precision=config.precision,
+        dtype_policy=policy,
+        xla=_jit_compile(config, backend),
+        steps_per_epoch=steps,
+        epochs=config.epochs,
+        **facts,
+    )
+    timer = StepTimer(global_batch=global_batch, log_every=config.log_every)
+    try:
+        model = build_model(config, spec, placement, facts["image_size"])
+        model.fit(
+            train_ds,
+            epochs=config.epochs,
+            steps_per_epoch=steps,
+            callbacks=[timer],
+            verbose=0,
+            shuffle=False,
+        )
+        if test_ds is not None:
+            _, accuracy = model.evaluate(test_ds, verbose=0)
+            record["accuracy"] = float(accuracy)
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            raise OutOfMemory(
+                f"out of memory with batch size {config.batch_size} per replica on "
+                f"{', '.join(sorted(set(placement.device_names)))}",
+                f"lower --batch-size (try {max(1, config.batch_size // 2)})",
+            ) from exc
+        raise
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    stats = steady_state(timer.epochs, global_batch)
+    record.update(
+        examples_per_sec=stats.examples_per_sec,
+        examples_per_sec_mean=stats.examples_per_sec_mean,
+        step_time_s=stats.step_time_s,
+        steady_state_steps=stats.steps_measured,
+        steady_state_excludes=stats.excluded,
+        epoch_times_s=timer.epoch_times,
+        epoch_losses=timer.losses,
+    )
+    record.setdefault("accuracy", None)
+    if config.save_model:
+        model.save(config.save_model)  # the one model object: no multi-GPU wrapper (seed 003)
+        record["saved_model"] = config.save_model
+    return record

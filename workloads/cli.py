@@ -1,0 +1,145 @@
+"""``workloads``: one command line for every benchmark and study in the images.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``; the
+module must not import a deep-learning framework at import time, so that
+``workloads --help`` answers instantly and ``sweep`` can set
+``CUDA_VISIBLE_DEVICES`` for its workers before any framework starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from workloads import __version__
+from workloads.errors import OutOfMemory, WorkloadError, is_out_of_memory
+
+# Subcommand name -> module defining register(subparsers). Order is --help order.
+COMMANDS: dict[str, str] = {
+    "check": "workloads.check",
+    "cifar10": "workloads.cifar10.command",
+    "style": "workloads.style.command",
+    "sweep": "workloads.sweep.command",
+    "report": "workloads.report.command",
+    "bench": "workloads.bench",
+}
+
+DESCRIPTION = """\
+Benchmarks and studies for TensorFlow GPU hosts.
+
+Run `workloads COMMAND --help` for the options of a command. Every run writes a
+JSON record (and appends it to records.jsonl beside it); bad input ends with one
+line naming the problem and the fix, and exit code 2.
+"""
+
+EPILOG = """\
+examples:
+  workloads check --require-gpu          verify a freshly provisioned GPU host
+  workloads cifar10 --model cnn --data synthetic --epochs 2 --steps-per-epoch 30
+  workloads cifar10 --model resnet50v2 --gpus 4 --batch-size 64 --precision mixed
+  workloads style --output out.png       style transfer on the bundled sample images
+
+environment:
+  KERAS_BACKEND      tensorflow (default), jax or torch for the Keras-3 workloads
+  WORKLOADS_CACHE    download cache (CIFAR-10 archive, VGG19 weights); default ~/.cache/workloads
+  WORKLOADS_RESULTS  default directory for records; default ./results
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line with the way to get help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer > 0, with a message that says so."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a float > 0."""
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be > 0, got 0")
+    return value
+
+
+def unit_float(text: str) -> float:
+    """argparse type: a float in [0, 1]."""
+    value = non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="workloads",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"workloads {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for module_name in COMMANDS.values():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):  # command not in this build
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script and of ``python -m workloads``."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ chatter out of the output
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    prog = f"workloads {args.command}"
+    func: Any = args.func
+    try:
+        return int(func(args) or 0)
+    except WorkloadError as exc:
+        print(f"{prog}: error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; results written so far are kept", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            oom = OutOfMemory(
+                "out of memory", "lower the per-replica --batch-size (or the image --width)"
+            )
+            print(f"{prog}: error: {oom.one_line()}", file=sys.stderr)
+            return oom.exit_code
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

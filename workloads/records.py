@@ -1,0 +1,144 @@
+"""Result records: one JSON file per run plus an append-only JSON-lines log.
+
+Every workload writes the same envelope (``workload``, ``started_at``, ``env``,
+``status``...) so reports, sweeps and scaling studies can read any record
+without knowing which command produced it. Files are written atomically (temp
+file in the same directory, fsync, rename) so a crash or kill never leaves half
+a record behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from workloads.errors import WorkloadError
+
+SCHEMA_VERSION = 1
+LOG_NAME = "records.jsonl"
+
+
+def utc_now() -> str:
+    """ISO-8601 timestamp in UTC with seconds precision, e.g. 2026-11-23T03:41:41Z."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_record(workload: str, **fields: Any) -> dict[str, Any]:
+    """Start a record: the common envelope first, workload-specific fields after."""
+    record: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "workload": workload,
+        "started_at": utc_now(),
+        "status": "running",
+    }
+    record.update(fields)
+    return record
+
+
+def ensure_writable(path: Path) -> Path:
+    """Fail early, before any expensive work, if ``path`` cannot be written.
+
+    Creates the parent directory and probes it with a temporary file, so a typo'd
+    or read-only output location is reported before a long training run, not after.
+    """
+    path = Path(path).expanduser()
+    if path.exists() and path.is_dir():
+        raise WorkloadError(
+            f"output path {path} is a directory", "give a file name, e.g. --output results/run.json"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".probe-", delete=True):
+            pass
+    except OSError as exc:
+        raise WorkloadError(
+            f"cannot write to {path.parent} ({exc.strerror or exc})",
+            "choose a writable --output location",
+        ) from exc
+    return path
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see either the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def to_json(record: Mapping[str, Any]) -> str:
+    """Serialise a record; NumPy scalars and paths become plain JSON values."""
+    return json.dumps(record, indent=2, sort_keys=False, default=_json_default) + "\n"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    for attr in ("item", "tolist"):  # NumPy scalars and arrays, without importing NumPy
+        if hasattr(value, attr):
+            return getattr(value, attr)()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def write_record(record: Mapping[str, Any], path: Path, log: Path | None = None) -> Path:
+    """Write ``record`` atomically to ``path`` and append it to the JSON-lines ``log``.
+
+    ``log`` defaults to ``records.jsonl`` beside ``path``. The log line is one
+    ``write`` of a complete line in append mode, which POSIX keeps whole for
+    concurrent writers on a local file system.
+    """
+    path = Path(path)
+    atomic_write_bytes(path, to_json(record).encode())
+    log = Path(log) if log is not None else path.parent / LOG_NAME
+    line = json.dumps(record, default=_json_default, separators=(",", ":")) + "\n"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """Read one record file; a clear error if it is missing or not a record."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise WorkloadError(f"record {path} does not exist", "check the path") from exc
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{path} is not valid JSON ({exc.msg})", "regenerate it") from exc
+    if not isinstance(data, dict) or "workload" not in data:
+        raise WorkloadError(f"{path} is not a workloads record", "point to a run's .json file")
+    return data
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    """Read a JSON-lines log, skipping a torn last line (a writer killed mid-line)."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records
+
+
+def default_output(workload: str, stem: str, suffix: str = ".json") -> Path:
+    """``results/<workload>-<stem>-<UTC time>.json`` under $WORKLOADS_RESULTS or ./results."""
+    base = Path(os.environ.get("WORKLOADS_RESULTS", "results"))
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return base / f"{workload}-{stem}-{stamp}{suffix}"

@@ -1,0 +1,78 @@
+"""``workloads report``: turn results into figures, tables and browsable pages.
+
+The argument decides the report:
+  a sweep directory (holds psweep's database.pk)
+      contact sheet PNG (one row per varied parameter), a single-file HTML
+      explorer with one slider per parameter, CSV/JSON of the database, and
+      the sweep's throughput (runs per hour);
+  record files, records.jsonl logs, or directories of them (e.g. results/,
+  or a scaling study's output)
+      plots (epoch time, images/s and speedup vs GPU count; GPU utilisation
+      over time; CPU vs GPU bars) and a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from workloads.errors import WorkloadError
+
+SWEEP_DATABASE = "database.pk"
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "report",
+        help="plots, tables, contact sheet and HTML explorer from records or a sweep",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="a sweep directory, or record files / logs / directories",
+    )
+    parser.add_argument(
+        "--output",
+        "-o",
+        type=Path,
+        metavar="DIR",
+        help="where to write the report (default: PATH/report for a sweep, ./report otherwise)",
+    )
+    parser.set_defaults(func=run)
+
+
+def is_sweep_dir(path: Path) -> bool:
+    return path.is_dir() and (path / SWEEP_DATABASE).is_file()
+
+
+def run(args: argparse.Namespace) -> int:
+    missing = [p for p in args.inputs if not p.exists()]
+    if missing:
+        raise WorkloadError(f"{missing[0]} does not exist", "check the path")
+    sweeps = [p for p in args.inputs if is_sweep_dir(p)]
+    if sweeps and len(args.inputs) > 1:
+        raise WorkloadError(
+            "a sweep directory must be reported on its own",
+            "run `workloads report SWEEP_DIR` once per sweep",
+        )
+    if sweeps:
+        from workloads.report.sweep_report import render_sweep_report
+
+        written = render_sweep_report(sweeps[0], args.output)
+    else:
+        try:
+            from tfhost.report import render_records
+        except ImportError as exc:
+            raise WorkloadError(
+                "record plots need the host-side package `tfhost`",
+                "install the project with `pip install -e .` from its checkout",
+            ) from exc
+        written = render_records(args.inputs, args.output or Path("report"))
+    for path in written:
+        print(path)
+    return 0
