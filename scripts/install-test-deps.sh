@@ -9,7 +9,7 @@ set -euo pipefail
 
 packages=(
   python3-venv docker.io debootstrap shellcheck chromium gnupg apt-utils dpkg-dev
-  ca-certificates iproute2
+  ca-certificates iproute2 slurm-wlm munge
 )
 packages+=("$@")
 

@@ -121,6 +121,14 @@ def register(sub: Any) -> None:
         "record is also appended to records.jsonl beside it",
     )
     parser.add_argument(
+        "--distributed",
+        choices=("auto", "slurm", "none"),
+        default="auto",
+        help="slurm = one worker per SLURM task, MultiWorkerMirroredStrategy through "
+        "TensorFlow's SlurmClusterResolver; auto = slurm inside a SLURM job step with several "
+        "tasks, else this host only (default: auto)",
+    )
+    parser.add_argument(
         "--save-model", metavar="PATH.keras", help="save the trained model (Keras format)"
     )
     parser.set_defaults(func=run)
@@ -155,6 +163,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         log_every=args.log_every,
         seed=args.seed,
         save_model=args.save_model,
+        distributed=args.distributed,
     )
 
 
@@ -172,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
     from workloads.table import print_records
 
     train(config, record)
+    if not record.pop("is_chief"):
+        return 0  # multi-worker: only the chief writes the record
     record["env"] = collect_env()
     record["status"] = "ok"
     record["keras_backend_env"] = os.environ.get("KERAS_BACKEND")

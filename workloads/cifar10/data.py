@@ -212,7 +212,14 @@ def real_dataset(
     ds = ds.batch(global_batch, drop_remainder=True)
     if train:
         ds = ds.repeat()
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return _shard_by_data(tf, ds).prefetch(tf.data.AUTOTUNE)
+
+
+def _shard_by_data(tf: Any, ds: Any) -> Any:
+    """Multi-worker runs shard in-memory data by element (there are no files to split)."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.with_options(options)
 
 
 def synthetic_dataset(tf: Any, *, global_batch: int, image_size: int, seed: int = 0) -> Any:
@@ -220,4 +227,4 @@ def synthetic_dataset(tf: Any, *, global_batch: int, image_size: int, seed: int 
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((global_batch, image_size, image_size, 3)).astype(np.float32)
     y = rng.integers(0, NUM_CLASSES, size=(global_batch,)).astype(np.int32)
-    return tf.data.Dataset.from_tensors((x, y)).repeat()
+    return _shard_by_data(tf, tf.data.Dataset.from_tensors((x, y)).repeat())

@@ -33,6 +33,7 @@ class StepTimer(keras.callbacks.Callback):
 
     global_batch: int
     log_every: int = 10
+    announce_epochs: bool = True
     stream: TextIO = field(default_factory=lambda: sys.stdout)
     clock: Callable[[], float] = time.perf_counter
     epochs: list[list[float]] = field(default_factory=list)
@@ -70,6 +71,8 @@ class StepTimer(keras.callbacks.Callback):
         self.losses.append(loss)
         steps = len(self.epochs[-1])
         rate = steps * self.global_batch / elapsed if elapsed > 0 else float("nan")
+        if not self.announce_epochs:
+            return
         note = "  (warm-up: left out of the steady-state figures)" if epoch == 0 else ""
         print(
             f"epoch {epoch + 1}: {elapsed:.2f} s, {steps} steps, loss = {loss:.3f}, "

@@ -17,6 +17,7 @@ from typing import Any
 
 from workloads.cifar10 import data as cifar_data
 from workloads.cifar10.models import MODELS, ModelSpec
+from workloads.cifar10.multiworker import SlurmTask, wants_slurm
 from workloads.cifar10.timing import StepTimer, steady_state
 from workloads.errors import OutOfMemory, WorkloadError, is_out_of_memory
 
@@ -42,6 +43,7 @@ class TrainConfig:
     log_every: int = 10
     seed: int = 0
     save_model: str | None = None
+    distributed: str = "auto"
 
 
 @dataclass
@@ -52,6 +54,11 @@ class Placement:
     replicas: int
     device_names: list[str]
     gpu_count: int
+    slurm: SlurmTask | None = None
+
+    @property
+    def is_chief(self) -> bool:
+        return self.slurm is None or self.slurm.is_chief
 
 
 def backend_name() -> str:
@@ -77,6 +84,8 @@ def place(config: TrainConfig) -> Placement:
 
     from workloads.devices import require_supported, setup_tensorflow
 
+    if wants_slurm(config.distributed):
+        return _place_slurm(tf, config)
     gpus = setup_tensorflow(tf, cpu_replicas=config.cpu_replicas if config.gpus is None else 1)
     require_supported(gpus)
     if gpus and config.cpu_replicas > 1:
@@ -107,6 +116,27 @@ def place(config: TrainConfig) -> Placement:
         )
         return Placement(strategy, len(devices), [cpu_model()] * len(devices), 0)
     return Placement(tf.distribute.get_strategy(), 1, [cpu_model()], 0)
+
+
+def _place_slurm(tf: Any, config: TrainConfig) -> Placement:
+    """One worker per SLURM task, MultiWorkerMirroredStrategy over all of them."""
+    from workloads.cifar10 import multiworker
+    from workloads.devices import require_supported, setup_tensorflow
+    from workloads.envinfo import cpu_model
+
+    if config.gpus is not None or config.cpu_replicas > 1:
+        raise WorkloadError(
+            "--gpus/--cpu-replicas do not apply to SLURM multi-worker runs",
+            "ask SLURM for the GPUs (--gres=gpu:N, --ntasks-per-node) and drop these options",
+        )
+    resolver, task = multiworker.resolve(tf)
+    gpus = setup_tensorflow(tf)
+    require_supported(gpus)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    local = [g.name for g in gpus] or [cpu_model()]
+    return Placement(
+        strategy, int(strategy.num_replicas_in_sync), local * task.workers, len(gpus), slurm=task
+    )
 
 
 def _single_device_name(backend: str) -> str:
@@ -261,20 +291,50 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
         epochs=config.epochs,
         **facts,
     )
-    timer = StepTimer(global_batch=global_batch, log_every=config.log_every)
+    if placement.slurm is not None:
+        record["distributed"] = {
+            "mode": "slurm",
+            "strategy": "MultiWorkerMirroredStrategy",
+            "workers": placement.slurm.workers,
+            "nodes": len(placement.slurm.nodes),
+            "node_names": placement.slurm.nodes,
+            "replicas_across_nodes": placement.replicas,
+            "task_id": placement.slurm.task_id,
+        }
+    log_every = config.log_every if placement.is_chief else 0
+    timer = StepTimer(
+        global_batch=global_batch, log_every=log_every, announce_epochs=placement.is_chief
+    )
     try:
         model = build_model(config, spec, placement, facts["image_size"])
-        model.fit(
-            train_ds,
-            epochs=config.epochs,
-            steps_per_epoch=steps,
-            callbacks=[timer],
-            verbose=0,
-            shuffle=False,
-        )
-        if test_ds is not None:
-            _, accuracy = model.evaluate(test_ds, verbose=0)
-            record["accuracy"] = float(accuracy)
+        if placement.slurm is not None:
+            from workloads.cifar10 import multiworker
+
+            multiworker.fit_custom_loop(
+                model,
+                placement.strategy,
+                train_ds,
+                epochs=config.epochs,
+                steps=steps,
+                global_batch=global_batch,
+                timer=timer,
+            )
+            if test_ds is not None:
+                record["accuracy"] = multiworker.evaluate_custom_loop(
+                    model, placement.strategy, test_ds
+                )
+        else:
+            model.fit(
+                train_ds,
+                epochs=config.epochs,
+                steps_per_epoch=steps,
+                callbacks=[timer],
+                verbose=0,
+                shuffle=False,
+            )
+            if test_ds is not None:
+                _, accuracy = model.evaluate(test_ds, verbose=0)
+                record["accuracy"] = float(accuracy)
     except Exception as exc:
         if is_out_of_memory(exc):
             raise OutOfMemory(
@@ -297,6 +357,22 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
     )
     record.setdefault("accuracy", None)
     if config.save_model:
-        model.save(config.save_model)  # the one model object: no multi-GPU wrapper (seed 003)
+        _save(model, config.save_model, placement)
         record["saved_model"] = config.save_model
+    record["is_chief"] = placement.is_chief
     return record
+
+
+def _save(model: Any, path: str, placement: Placement) -> None:
+    """Save the one model object (no multi-GPU wrapper to unwrap: seed 003's lesson).
+
+    Under MultiWorkerMirroredStrategy every worker must take part in saving; only the
+    chief's copy is kept, the others write to a temporary directory.
+    """
+    if placement.is_chief:
+        model.save(path)
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save(str(Path(tmp) / Path(path).name))

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# A one-machine SLURM cluster (munged + slurmctld + slurmd) for tests and for trying the
+# sbatch templates without a real cluster.
+#
+#   scripts/slurm/local-cluster.sh start   # prints: export SLURM_CONF=...
+#   scripts/slurm/local-cluster.sh stop
+#   scripts/slurm/local-cluster.sh env
+#
+# The node is declared as `localhost` with TFHOST_SLURM_CPUS CPUs (default 4, more than a
+# small CI machine has: `config_overrides`), so two or more tasks run at once. Everything
+# lives under TFHOST_SLURM_DIR (default /run/tfhost-slurm): its own munge key and socket, its
+# own slurm.conf, state and logs; the daemons talk over 127.0.0.1 on TFHOST_SLURM_PORT and
+# the next port. Needs root and Debian's slurm-wlm and munge.
+set -euo pipefail
+
+dir=${TFHOST_SLURM_DIR:-/run/tfhost-slurm}
+cpus=${TFHOST_SLURM_CPUS:-4}
+port=${TFHOST_SLURM_PORT:-16817}
+conf="$dir/slurm.conf"
+
+die() { echo "local-cluster: $*" >&2; exit 1; }
+alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+write_config() {
+  local lib
+  lib=$(dirname "$(find /usr/lib -name auth_munge.so -path '*slurm*' -print -quit)")
+  cat >"$conf" <<CONF
+# Written by scripts/slurm/local-cluster.sh: a one-node cluster on loopback.
+ClusterName=tfhost-local
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
+CredType=cred/munge
+PluginDir=$lib
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MinJobAge=600
+KillWait=5
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1024 State=UNKNOWN
+PartitionName=local Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+CONF
+}
+
+start() {
+  [[ $(id -u) -eq 0 ]] || die "run as root (slurmd and munged need it)"
+  command -v slurmctld >/dev/null || die "slurm-wlm missing: apt-get install -y slurm-wlm munge"
+  command -v munged >/dev/null || die "munge missing: apt-get install -y munge"
+  mkdir -p "$dir"/{state,spool,munge}
+  chmod 700 "$dir/munge"
+  if ! alive "$dir/munge/munged.pid"; then
+    [[ -f $dir/munge/munge.key ]] || { dd if=/dev/urandom of="$dir/munge/munge.key" bs=1 count=128 status=none; chmod 400 "$dir/munge/munge.key"; }
+    munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
+      --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
+      --seed-file="$dir/munge/munged.seed"
+  fi
+  write_config
+  export SLURM_CONF=$conf
+  alive "$dir/slurmctld.pid" || slurmctld -f "$conf" -i
+  alive "$dir/slurmd.pid" || slurmd -f "$conf"
+  for _ in $(seq 1 60); do
+    if sinfo -h -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+      echo "export SLURM_CONF=$conf"
+      return 0
+    fi
+    scontrol update nodename=localhost state=resume >/dev/null 2>&1 || true
+    sleep 0.5
+  done
+  die "the node did not become idle within 30 s; see $dir/slurmctld.log and $dir/slurmd.log"
+}
+
+stop() {
+  local pidfile
+  for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
+    if alive "$pidfile"; then
+      kill "$(cat "$pidfile")"
+      for _ in $(seq 1 40); do alive "$pidfile" || break; sleep 0.25; done
+    fi
+  done
+  rm -rf "$dir/state"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  env) echo "export SLURM_CONF=$conf" ;;
+  *) die "usage: $0 start|stop|env" ;;
+esac
