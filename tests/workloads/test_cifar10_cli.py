@@ -158,3 +158,37 @@ def test_wrong_md5_and_oversized_batch(
     env = {**isolated_env, "WORKLOADS_CIFAR10_MD5": cifar_archive.md5}
     result = run_cli(["cifar10", *data_dir, "--batch-size", "64"], env)
     assert_one_line_error(result, "cifar10", "global batch 64 is larger than the 8 images")
+
+
+def test_xla_mixed_precision_and_saving_across_replicas(
+    tmp_path: Path, isolated_env: dict[str, str]
+) -> None:
+    out, saved = tmp_path / "xla.json", tmp_path / "model.keras"
+    args = ["cifar10", *SMALL, "--cpu-replicas", "2", "--xla", "--precision", "mixed"]
+    result = run_cli([*args, "--save-model", str(saved), "--output", str(out)], isolated_env)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    assert record["xla"] is True and record["xla_mode"] == "autoclustering"
+    assert record["dtype_policy"] == "mixed_bfloat16"  # no GPU: bfloat16 on the CPU
+    import keras
+
+    import workloads.cifar10.models  # noqa: F401  (registers the LRN layer for loading)
+
+    model = keras.models.load_model(saved)
+    assert model.name == "cifar10_cnn" and model.output_shape == (None, 10)
+
+
+def test_out_of_memory_names_the_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tensorflow as tf
+
+    from workloads.cifar10 import train as train_module
+    from workloads.errors import OutOfMemory
+
+    class ExhaustedModel:
+        def fit(self, *args: object, **kwargs: object) -> None:
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+    monkeypatch.setattr(train_module, "build_model", lambda *a, **k: ExhaustedModel())
+    config = train_module.TrainConfig(batch_size=512, steps_per_epoch=1, epochs=1)
+    with pytest.raises(OutOfMemory, match=r"batch size 512 per replica.*try 256"):
+        train_module.train(config, {})

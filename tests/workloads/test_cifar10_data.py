@@ -63,6 +63,7 @@ def test_corrupt_archive_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Mo
 @pytest.fixture
 def archive_server(cifar_archive: Archive) -> Iterator[str]:
     """Serve the fixture archive on 127.0.0.1 (an ephemeral port) over plain HTTP."""
+
     class QuietHandler(http.server.SimpleHTTPRequestHandler):
         def log_message(self, format: str, *args: object) -> None:
             pass

@@ -247,18 +247,24 @@ def build_model(config: TrainConfig, spec: ModelSpec, placement: Placement, imag
             optimizer=keras.optimizers.SGD(learning_rate=scaled_lr, momentum=0.9),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
-            jit_compile=_jit_compile(config, backend),
+            jit_compile=xla_mode(config, backend, placement.replicas) == "jit_compile",
         )
     return model
 
 
-def _jit_compile(config: TrainConfig, backend: str) -> bool:
-    """XLA where asked (TF); JAX always compiles; torch.compile is not a benchmark default."""
+def xla_mode(config: TrainConfig, backend: str, replicas: int) -> str:
+    """How XLA is used: ``jit_compile``, ``autoclustering`` or ``off``.
+
+    JAX always compiles; torch.compile is not a benchmark default. On TensorFlow,
+    Keras 3 compiles the whole ``strategy.run`` step with ``jit_compile``, which XLA
+    cannot place across several replicas' devices, so multi-replica runs get XLA
+    through TensorFlow's auto-clustering of the per-replica graphs instead.
+    """
     if backend == "jax":
-        return True
-    if backend == "torch":
-        return False
-    return config.xla
+        return "jit_compile"
+    if backend == "torch" or not config.xla:
+        return "off"
+    return "jit_compile" if replicas == 1 else "autoclustering"
 
 
 def _scope(strategy: Any) -> Any:
@@ -286,7 +292,8 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
         learning_rate=config.learning_rate * placement.replicas,
         precision=config.precision,
         dtype_policy=policy,
-        xla=_jit_compile(config, backend),
+        xla=xla_mode(config, backend, placement.replicas) != "off",
+        xla_mode=xla_mode(config, backend, placement.replicas),
         steps_per_epoch=steps,
         epochs=config.epochs,
         **facts,
@@ -302,6 +309,10 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
             "task_id": placement.slurm.task_id,
         }
     log_every = config.log_every if placement.is_chief else 0
+    if record["xla_mode"] == "autoclustering":
+        import tensorflow as tf
+
+        tf.config.optimizer.set_jit("autoclustering")
     timer = StepTimer(
         global_batch=global_batch, log_every=log_every, announce_epochs=placement.is_chief
     )
