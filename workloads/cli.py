@@ -81,9 +81,12 @@ def non_negative_float(text: str) -> float:
 
 def positive_float(text: str) -> float:
     """argparse type: a float > 0."""
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be > 0, got 0")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:  # also rejects NaN
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 

@@ -1,0 +1,163 @@
+"""Where VGG19's weights come from: ``imagenet`` (downloaded once), ``random`` or a file.
+
+The most duplicated issue of neural-style and its relatives is a weights file that
+is missing, truncated or in the wrong format. So the ImageNet file is verified by
+MD5 before use, and every failure names the exact file, its URL and where to put
+it. Offline hosts copy the file into the cache directory once.
+``random`` (seeded Glorot init) needs no download: it is for smoke tests and speed
+benchmarks, where the values of the weights do not matter, only their shapes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from workloads.errors import WorkloadError
+
+FILE_NAME = "vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5"
+URL = "https://storage.googleapis.com/tensorflow/keras-applications/vgg19/" + FILE_NAME
+MD5 = "253f8cb515780f3b799900260a226db6"  # as keras.applications.VGG19 checks it
+DOWNLOAD_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class WeightsSource:
+    """Resolved weights: ``kind`` is imagenet, random or file; ``path`` set unless random."""
+
+    kind: str
+    path: Path | None = None
+
+    def describe(self) -> str:
+        return self.kind if self.path is None else f"{self.kind}:{self.path}"
+
+
+def cache_dir() -> Path:
+    """``$WORKLOADS_CACHE`` or ``~/.cache/workloads``, shared with the other downloads."""
+    return Path(os.environ.get("WORKLOADS_CACHE", Path.home() / ".cache" / "workloads"))
+
+
+def cached_path() -> Path:
+    return cache_dir() / "vgg19" / FILE_NAME
+
+
+def weights_url() -> str:
+    """The download URL; ``WORKLOADS_VGG19_URL`` points it at a mirror."""
+    return os.environ.get("WORKLOADS_VGG19_URL", URL)
+
+
+def weights_md5() -> str:
+    """Expected MD5; a mirror serving a different build sets ``WORKLOADS_VGG19_MD5``."""
+    return os.environ.get("WORKLOADS_VGG19_MD5", MD5)
+
+
+def resolve(spec: str) -> WeightsSource:
+    """``imagenet`` → the cached (or freshly downloaded) file; ``random``; or a local path."""
+    if spec == "random":
+        return WeightsSource("random")
+    if spec == "imagenet":
+        return WeightsSource("imagenet", ensure_imagenet())
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise WorkloadError(
+            f"weights file {path} does not exist",
+            f"use --weights imagenet, --weights random, or a Keras VGG19 weights file "
+            f"such as {FILE_NAME}",
+        )
+    if not looks_like_keras_weights(path):
+        raise WorkloadError(
+            f"weights file {path} is neither HDF5 (.h5) nor a Keras archive (.keras)",
+            f"use a Keras VGG19 no-top weights file such as {FILE_NAME}",
+        )
+    return WeightsSource("file", path)
+
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+ZIP_SIGNATURE = b"PK\x03\x04"
+
+
+def looks_like_keras_weights(path: Path) -> bool:
+    """Cheap check before TensorFlow starts: an HDF5 or zip signature where they belong.
+
+    HDF5 allows a user block, so its signature may sit at 0, 512, 1024, 2048, ….
+    The full check (layer names and shapes) happens when Keras loads the file.
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError as exc:
+        raise WorkloadError(
+            f"cannot read weights file {path} ({exc.strerror or exc})", "check its permissions"
+        ) from exc
+    if head.startswith(ZIP_SIGNATURE):
+        return True
+    return any(head[offset : offset + 8] == HDF5_SIGNATURE for offset in (0, 512, 1024, 2048))
+
+
+def ensure_imagenet() -> Path:
+    """The verified ImageNet file in the cache, downloading it on first use."""
+    target = cached_path()
+    if target.is_file():
+        verify(target)
+        return target
+    return download(weights_url(), target)
+
+
+def md5sum(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify(path: Path) -> None:
+    actual = md5sum(path)
+    if actual != weights_md5():
+        raise WorkloadError(
+            f"{path} has MD5 {actual}, expected {weights_md5()} (truncated or a different file)",
+            f"delete it and let it download again, or copy {URL} there",
+        )
+
+
+def download(url: str, target: Path) -> Path:
+    """Fetch through a temp file beside ``target``; it appears only once verified."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkloadError(
+            f"cannot create the weights cache {target.parent} ({exc.strerror or exc})",
+            "set WORKLOADS_CACHE to a writable directory",
+        ) from exc
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        with (
+            os.fdopen(fd, "wb") as out,
+            urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response,
+        ):
+            shutil.copyfileobj(response, out)
+        actual = md5sum(tmp)
+        if actual != weights_md5():
+            raise WorkloadError(
+                f"the file downloaded from {url} has MD5 {actual}, expected {weights_md5()}",
+                f"check the mirror (WORKLOADS_VGG19_URL) or copy {URL} to {target} by hand",
+            )
+        tmp.replace(target)
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        source = "" if url == URL else f" from {url}"
+        raise WorkloadError(
+            f"VGG19 ImageNet weights are not cached and the download{source} failed ({reason})",
+            f"copy {FILE_NAME} (from {URL}) to {target.parent}/, "
+            "or use --weights random for a speed test",
+        ) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
