@@ -1,0 +1,99 @@
+"""A stand-in workload for the sweep tests, run as ``python -m tests.sweep.fake_workload``.
+
+It follows the workloads command contract (``register(subparsers)``, ``--output``,
+a JSON record beside the output, exit 2 on a WorkloadError, 3 on out-of-memory)
+and tells the tests what the sweep gave it: the ``CUDA_VISIBLE_DEVICES`` it saw,
+its slot, its pid and when it ran. Each start and end is appended to the file in
+``$FAKE_CALLS_LOG``, so a test can count how often every pset really ran. No
+framework is imported: these tests are about the sweep, in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workloads.cli import Parser, non_negative_float, positive_int
+from workloads.errors import OutOfMemory, WorkloadError
+from workloads.records import new_record, write_record
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("fake", help="sweep test workload")
+    parser.add_argument("--value", type=float, default=1.0, help="any number; < 0 fails")
+    parser.add_argument("--sleep", type=non_negative_float, default=0.0)
+    parser.add_argument("--color", choices=("red", "green", "blue"), default="red")
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1])
+    parser.add_argument("--flag", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--crash", action="store_true", help="die by SIGSEGV")
+    parser.add_argument("--oom", action="store_true", help="fail as out of memory")
+    parser.add_argument("--output", type=Path, required=True)
+    parser.set_defaults(func=run)
+
+
+def _log_call(event: str, output: Path) -> None:
+    path = os.environ.get("FAKE_CALLS_LOG")
+    if path:
+        line = json.dumps({"event": event, "output": str(output), "pid": os.getpid(),
+                           "time": time.time(),
+                           "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n"
+        with open(path, "a") as fh:
+            fh.write(line)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.time()
+    _log_call("start", args.output)
+    time.sleep(args.sleep)
+    if args.value < 0:
+        raise WorkloadError(f"--value {args.value} is negative", "use a value >= 0")
+    if args.oom:
+        raise OutOfMemory("out of memory", "lower the --sizes")
+    if args.crash:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    record = new_record(
+        "fake",
+        params={"value": args.value, "color": args.color},
+        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        slot=os.environ.get("WORKLOADS_SWEEP_SLOT"),
+        intra_threads=os.environ.get("TF_NUM_INTRAOP_THREADS"),
+        pid=os.getpid(),
+        began=started,
+        ended=time.time(),
+        losses={"total": args.value**2, "content": args.value},
+        loss_history=[args.value * 2, args.value],
+    )
+    record["status"] = "ok"
+    if args.output.suffix == ".png":
+        from PIL import Image
+
+        shade = int(min(abs(args.value), 1.0) * 255)
+        colour = {"red": (shade, 0, 0), "green": (0, shade, 0), "blue": (0, 0, shade)}
+        Image.new("RGB", (24, 16), colour[args.color]).save(args.output)
+        write_record(record, args.output.with_suffix(".json"))
+    else:
+        write_record(record, args.output)
+    _log_call("end", args.output)
+    return 0
+
+
+def main() -> int:
+    parser = Parser(prog="fake")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
+    register(sub)
+    args = parser.parse_args(["fake", *sys.argv[1:]])
+    try:
+        return run(args)
+    except WorkloadError as exc:
+        print(f"fake: error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

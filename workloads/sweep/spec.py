@@ -1,0 +1,226 @@
+"""The sweep spec: a YAML file naming a workload, its fixed values and what to vary.
+
+```yaml
+workload: style            # or cifar10, or a module path following the command contract
+mode: star                 # star: one parameter at a time around the defaults; grid: product
+defaults: {width: 512, iterations: 1000, learning_rate: 10}
+vary:
+  learning_rate: [1, 3, 10, 30]
+  style_weight: {linspace: [0, 200, 50]}     # numpy.linspace(0, 200, 50)
+  style_scales: [{linspace: [0.1, 1, 19]}, {linspace: [1.1, 3, 30]}]
+output: out.png            # optional: file name of each run's output
+```
+
+Every mistake is reported before the first run, as one line naming the key and
+the fix: a spec found wrong after six hours of GPU time is the failure this
+module exists to prevent.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workloads.errors import WorkloadError
+from workloads.sweep.workload import Value, Workload, load_workload
+
+MODES = ("star", "grid")
+TOP_KEYS = ("workload", "mode", "defaults", "vary", "output")
+RANGES = ("linspace", "geomspace")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated spec: every value already converted by the workload's own parser."""
+
+    path: Path
+    workload: Workload
+    mode: str
+    defaults: dict[str, Value]
+    vary: dict[str, list[Value]]
+
+    @property
+    def center(self) -> dict[str, Value]:
+        """Where the star is centred (and the grid is sliced for the contact sheet).
+
+        The defaults, with each varied parameter the spec gives no default for
+        taken from the workload's own default (star) or its first value (grid).
+        """
+        center = dict(self.defaults)
+        for name, values in self.vary.items():
+            if name not in center:
+                fallback = self.workload.default(name) if self.mode == "star" else None
+                center[name] = (
+                    self.workload.option(name).normalise(fallback)
+                    if fallback is not None
+                    else values[0]
+                )
+        return center
+
+    def as_dict(self) -> dict[str, Any]:
+        """The normalised spec, as saved beside the database for the report."""
+        return {
+            "workload": self.workload.name,
+            "mode": self.mode,
+            "defaults": self.defaults,
+            "vary": self.vary,
+            "center": self.center,
+            "output": self.workload.output_name,
+        }
+
+
+def load_spec(path: Path) -> SweepSpec:
+    """Read and validate a spec file; raise WorkloadError with one line on any problem."""
+    path = Path(path)
+    data = _read_yaml(path)
+
+    def fail(problem: str, fix: str) -> WorkloadError:
+        return WorkloadError(f"{path}: {problem}", fix)
+
+    unknown = sorted(set(data) - set(TOP_KEYS))
+    if unknown:
+        raise fail(f"unknown key {unknown[0]!r}", f"the keys are {', '.join(TOP_KEYS)}")
+    name = data.get("workload")
+    if not isinstance(name, str) or not name:
+        raise fail("no 'workload' given", "add e.g. 'workload: style'")
+    mode = data.get("mode", "star")
+    if mode not in MODES:
+        raise fail(f"mode {mode!r} is not star or grid", "use 'mode: star' or 'mode: grid'")
+    output = data.get("output")
+    if output is not None and (not isinstance(output, str) or "/" in output or not output):
+        raise fail(f"output {output!r} is not a file name", "give e.g. 'output: out.png'")
+    try:
+        workload = load_workload(name, output)
+    except WorkloadError as exc:
+        raise fail(exc.problem, exc.fix or "fix 'workload'") from None
+
+    defaults_raw = _mapping(data.get("defaults", {}), "defaults", fail)
+    vary_raw = _mapping(data.get("vary"), "vary", fail)
+    if not vary_raw:
+        raise fail("'vary' names no parameter", "add e.g. 'vary: {learning_rate: [1, 3, 10]}'")
+
+    defaults = {
+        key: _normalise(workload, key, value, f"defaults.{key}", fail)
+        for key, value in defaults_raw.items()
+    }
+    vary: dict[str, list[Value]] = {}
+    for key, raw in vary_raw.items():
+        _check_name(workload, key, f"vary.{key}", fail)
+        items = _expand_values(raw, f"vary.{key}", fail)
+        values = [_normalise(workload, key, item, f"vary.{key}", fail) for item in items]
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            raise fail(f"vary.{key} repeats the value {repeated[0]!r}", "list each value once")
+        vary[key] = values
+    spec = SweepSpec(path, workload, mode, defaults, vary)
+    if mode == "star":
+        missing = [k for k in vary if k not in defaults and workload.default(k) is None]
+        if missing:
+            raise fail(
+                f"star mode needs a centre for {missing[0]!r}, and the workload has no default",
+                f"add '{missing[0]}: VALUE' under defaults",
+            )
+    return spec
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise WorkloadError(f"spec {path} does not exist", "check the path") from None
+    except OSError as exc:
+        raise WorkloadError(f"cannot read spec {path} ({exc.strerror})", "check the path") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise WorkloadError(
+            f"{path}{where} is not valid YAML ({what})", "fix the YAML syntax there"
+        ) from None
+    if not isinstance(data, dict):
+        raise WorkloadError(
+            f"{path} is not a YAML mapping", "start with 'workload: style' and a 'vary:' block"
+        )
+    return data
+
+
+def _mapping(value: Any, key: str, fail: Any) -> dict[str, Any]:
+    if value is None:
+        if key == "vary":
+            raise fail("no 'vary' given", "add e.g. 'vary: {learning_rate: [1, 3, 10]}'")
+        return {}
+    if not isinstance(value, dict):
+        raise fail(f"'{key}' is not a mapping", f"write '{key}:' followed by 'name: value' lines")
+    return value
+
+
+def _check_name(workload: Workload, key: Any, where: str, fail: Any) -> None:
+    if key in workload.options:
+        return
+    valid = sorted(workload.options)
+    close = difflib.get_close_matches(str(key).replace("-", "_"), valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise fail(
+        f"{where}: unknown parameter {key!r} for workload {workload.name}{hint}",
+        f"valid parameters: {', '.join(valid)}",
+    )
+
+
+def _normalise(workload: Workload, key: str, value: Any, where: str, fail: Any) -> Value:
+    _check_name(workload, key, where, fail)
+    try:
+        return workload.option(key).normalise(value)
+    except ValueError as exc:
+        flag = workload.option(key).flag
+        raise fail(
+            f"{where}: bad value {value!r} ({exc})",
+            f"see 'workloads {workload.name} --help' for {flag}",
+        ) from None
+
+
+def _expand_values(raw: Any, where: str, fail: Any) -> list[Any]:
+    """A list of values, where ``{linspace: [a, b, n]}`` entries expand in place."""
+    items = raw if isinstance(raw, list) else [raw] if isinstance(raw, dict) else None
+    if items is None:
+        raise fail(f"{where} is not a list of values", "write e.g. [1, 3, 10]")
+    values: list[Any] = []
+    for item in items:
+        values += _expand_range(item, where, fail) if isinstance(item, dict) else [item]
+    if not values:
+        raise fail(f"{where} has no values", "list at least one value, e.g. [1, 3, 10]")
+    return values
+
+
+def _expand_range(item: Mapping[str, Any], where: str, fail: Any) -> list[float]:
+    import numpy as np
+
+    if len(item) != 1 or next(iter(item)) not in RANGES:
+        raise fail(
+            f"{where}: {dict(item)!r} is not a value range",
+            "write {linspace: [start, stop, count]} or {geomspace: [start, stop, count]}",
+        )
+    kind, args = next(iter(item.items()))
+    if (
+        not isinstance(args, list)
+        or len(args) != 3
+        or not all(isinstance(a, int | float) and not isinstance(a, bool) for a in args)
+        or not isinstance(args[2], int)
+        or args[2] < 1
+    ):
+        raise fail(
+            f"{where}: {kind} needs [start, stop, count]", f"write e.g. {{{kind}: [1, 100, 5]}}"
+        )
+    if kind == "geomspace" and (args[0] <= 0 or args[1] <= 0):
+        raise fail(
+            f"{where}: geomspace needs start and stop > 0", "use linspace for ranges through 0"
+        )
+    space = np.linspace if kind == "linspace" else np.geomspace
+    # tolist(): plain Python floats, since numpy scalars hash differently in psweep.
+    return [float(v) for v in space(args[0], args[1], args[2]).tolist()]
