@@ -1,0 +1,119 @@
+"""Run ansible-playbook against a target container and read its recap.
+
+Why the CLI and not ansible-runner: the test must exercise exactly what an
+operator types (ansible.cfg, inventory, vault password file, tags), and the
+log file ANSIBLE_LOG_PATH writes is itself under test (no secret in it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_DIR = REPO / "ansible"
+BIN = Path(sys.executable).parent
+VAULT = ANSIBLE_DIR / "inventory" / "group_vars" / "gpu_hosts" / "vault.yml"
+VAULT_PASSWORD = ANSIBLE_DIR / "inventory" / "vault-password.example"
+# The dummy key inside the example vault (documented in ansible/README.md).
+EXAMPLE_NGC_API_KEY = "nvapi-EXAMPLE-DUMMY-KEY-0000-tfhost-not-a-real-key"
+
+RECAP = re.compile(
+    r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
+    r"\s+failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)\s+rescued=(?P<rescued>\d+)"
+    r"\s+ignored=(?P<ignored>\d+)",
+    re.MULTILINE,
+)
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    """What one ansible-playbook run printed, logged and summed up."""
+
+    returncode: int
+    output: str
+    log: str
+    seconds: float
+
+    @property
+    def recap(self) -> dict[str, int]:
+        match = RECAP.search(self.output)
+        if match is None:
+            raise AssertionError(f"no PLAY RECAP in the output:\n{self.output[-3000:]}")
+        return {key: int(value) for key, value in match.groupdict().items() if key != "host"}
+
+    @property
+    def failed_task(self) -> str:
+        """Name of the first task that failed ("" when none did), e.g. "nvidia_driver : X"."""
+        task = ""
+        for line in self.output.splitlines():
+            if line.startswith("TASK [") or line.startswith("RUNNING HANDLER ["):
+                task = line.split("[", 1)[1].rsplit("]", 1)[0]
+            elif line.startswith(("fatal:", "failed:")):
+                return task
+        return ""
+
+    def explain(self) -> str:
+        """The tail of the output, for assertion messages."""
+        return f"rc={self.returncode}\n{self.output[-6000:]}"
+
+
+def write_inventory(path: Path, container: str) -> Path:
+    """An inventory with one host reached through `docker exec` (community.docker)."""
+    inventory = {
+        "all": {
+            "children": {
+                "gpu_hosts": {
+                    "hosts": {
+                        container: {
+                            "ansible_connection": "community.docker.docker",
+                            "ansible_python_interpreter": "/usr/bin/python3",
+                            # docker exec is already root; there is no sudo to become with.
+                            "ansible_become": False,
+                        }
+                    }
+                }
+            }
+        }
+    }
+    path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    return path
+
+
+def run_playbook(
+    inventory: Path,
+    extra_vars: list[Path],
+    log_path: Path,
+    *options: str,
+    playbook: str = "site.yml",
+    vault: Path | None = VAULT,
+    timeout: float = 900,
+) -> PlaybookRun:
+    """Run `ansible-playbook` from ansible/ with the vault password example and extra vars files."""
+    args = [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, "-v"]
+    if vault is not None:
+        args += ["--vault-password-file", str(VAULT_PASSWORD), "-e", f"@{vault}"]
+    for path in extra_vars:
+        args += ["-e", f"@{path}"]
+    args += list(options)
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+        "ANSIBLE_LOG_PATH": str(log_path),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+    }
+    started = time.monotonic()
+    result = subprocess.run(args, cwd=ANSIBLE_DIR, env=env, capture_output=True, text=True,
+                            timeout=timeout, check=False)
+    seconds = time.monotonic() - started
+    log = log_path.read_text() if log_path.exists() else ""
+    return PlaybookRun(result.returncode, result.stdout + result.stderr, log, seconds)

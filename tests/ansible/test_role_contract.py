@@ -1,0 +1,85 @@
+"""Every role keeps its contract: variables prefixed, declared, documented, defaults agreeing.
+
+Why a test: argument_specs.yml is what rejects a mistyped variable and what
+site.yml's misspelling check reads; a default that is missing there, or a
+README row that drifted, silently weakens both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.ansible.playbook import ANSIBLE_DIR
+
+ROLES = ["nvidia_driver", "cuda_toolkit", "cudnn", "docker", "nvidia_container_toolkit", "ngc",
+         "tensorflow_host", "gpu_validate"]
+LAYOUT = ["defaults/main.yml", "meta/main.yml", "meta/argument_specs.yml", "tasks/main.yml",
+          "README.md"]
+
+
+def _yaml(role: str, name: str) -> Any:
+    return yaml.safe_load((ANSIBLE_DIR / "roles" / role / name).read_text())
+
+
+def _options(role: str) -> dict[str, dict[str, Any]]:
+    options: dict[str, dict[str, Any]] = _yaml(role, "meta/argument_specs.yml")[
+        "argument_specs"]["main"]["options"]
+    return options
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_role_has_the_standard_layout(role: str) -> None:
+    missing = [name for name in LAYOUT if not (ANSIBLE_DIR / "roles" / role / name).is_file()]
+    assert missing == []
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_default_is_prefixed_declared_and_documented(role: str) -> None:
+    defaults = _yaml(role, "defaults/main.yml")
+    options = _options(role)
+    readme = (ANSIBLE_DIR / "roles" / role / "README.md").read_text()
+    assert sorted(defaults) == sorted(options), "defaults/main.yml and argument_specs differ"
+    for name in defaults:
+        assert name.startswith(f"{role}_"), f"{name} lacks the {role}_ prefix"
+        assert f"| `{name}` |" in readme, f"{name} is missing from the README table"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_spec_defaults_match_defaults_file(role: str) -> None:
+    defaults = _yaml(role, "defaults/main.yml")
+    for name, option in _options(role).items():
+        if "default" in option:
+            assert option["default"] == defaults[name], name
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_platform_task_files_exist_where_the_role_branches(role: str) -> None:
+    tasks = (ANSIBLE_DIR / "roles" / role / "tasks" / "main.yml").read_text()
+    if "setup-{{ ansible_facts['os_family'] }}.yml" in tasks:
+        for family in ("Debian", "RedHat"):
+            assert (ANSIBLE_DIR / "roles" / role / "tasks" / f"setup-{family}.yml").is_file()
+
+
+def test_site_runs_the_roles_in_the_documented_order() -> None:
+    play = yaml.safe_load((ANSIBLE_DIR / "site.yml").read_text())[0]
+    assert [entry["role"] for entry in play["roles"]] == ROLES
+    assert play["vars"]["site_roles"] == ROLES
+
+
+def test_every_repository_url_and_key_is_a_variable() -> None:
+    """No role hard-codes a repository or key URL in its tasks or templates (mirrors must work)."""
+    offenders = [
+        str(path.relative_to(ANSIBLE_DIR))
+        for path in (ANSIBLE_DIR / "roles").glob("*/*/*")
+        if path.is_file() and path.parent.name in ("tasks", "templates", "handlers")
+        and "://" in path.read_text().replace("file:///etc/pki", "")
+    ]
+    assert offenders == []
+
+
+def test_example_vault_is_encrypted() -> None:
+    vault = ANSIBLE_DIR / "inventory" / "group_vars" / "gpu_hosts" / "vault.yml"
+    assert vault.read_text().startswith("$ANSIBLE_VAULT;1.1;AES256")

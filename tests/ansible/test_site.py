@@ -1,0 +1,254 @@
+"""site.yml for real, offline: converge, re-run, check mode, testinfra, negative cases.
+
+The target is a Debian 12 container with systemd (tests/ansible/target.py);
+NVIDIA's repositories are local stand-ins in the same layout, signed with a
+throwaway key (tests/fixtures/aptrepo); Docker comes from Debian's mirror;
+nvcr.io is a loopback registry that checks the credentials
+(tests/ansible/fake_registry.py). The roles only use those because the test
+overrides the repository URL, key fingerprint and registry variables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.ansible.conftest import Scenarios
+from tests.ansible.lab import CHECK_MODE_WITNESSES
+from tests.ansible.playbook import (
+    ANSIBLE_DIR,
+    EXAMPLE_NGC_API_KEY,
+    REPO,
+    VAULT,
+    PlaybookRun,
+    run_playbook,
+)
+from tests.ansible.target import PREEXISTING_DAEMON_JSON
+from tests.ansible.timings import record_timing
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1200)]
+
+
+# --- converge and idempotence -------------------------------------------------------
+
+
+def test_first_converge_succeeds(scenarios: Scenarios) -> None:
+    result = scenarios.converge.result()
+    record_timing("first converge (fresh container)", result.first.seconds)
+    assert result.first.returncode == 0, result.first.explain()
+    assert result.first.recap["failed"] == 0
+    assert result.first.recap["changed"] > 0
+
+
+def test_second_run_changes_nothing(scenarios: Scenarios) -> None:
+    result = scenarios.converge.result()
+    record_timing("idempotent re-run", result.second.seconds)
+    assert result.second.returncode == 0, result.second.explain()
+    assert result.second.recap["changed"] == 0, result.second.explain()
+
+
+def test_play_shows_the_validation_result(scenarios: Scenarios) -> None:
+    output = scenarios.converge.result().first.output
+    assert "GPU validation on" in output and "no GPU present" in output
+    assert "Docker runtimes:" in output and "nvidia" in output
+
+
+def test_ngc_logged_in_each_user_once(scenarios: Scenarios) -> None:
+    """One real login per user on the first run; the re-run sees the stored login and skips."""
+    scenarios.converge.result()
+    assert scenarios.registry.logins.attempts == [("$oauthtoken", True)] * 2
+
+
+def test_daemon_json_kept_the_keys_that_were_there_before(scenarios: Scenarios) -> None:
+    host = scenarios.converge.result().host
+    config = json.loads(host.read("/etc/docker/daemon.json"))
+    for key, value in PREEXISTING_DAEMON_JSON.items():
+        assert config[key] == value
+    assert config["runtimes"]["nvidia"]["path"] == "/usr/bin/nvidia-container-runtime"
+
+
+# --- the NGC key stays secret -------------------------------------------------------
+
+
+def test_ngc_key_is_not_in_any_output_or_log(scenarios: Scenarios) -> None:
+    result = scenarios.converge.result()
+    for run in (result.first, result.second):
+        assert run.log, "ANSIBLE_LOG_PATH produced no log: the check would be empty"
+        assert "ngc : Log in with the key on stdin" in run.log
+        assert EXAMPLE_NGC_API_KEY not in run.output
+        assert EXAMPLE_NGC_API_KEY not in run.log
+
+
+def test_ngc_key_is_never_on_a_command_line(scenarios: Scenarios) -> None:
+    result = scenarios.converge.result()
+    assert result.watch_samples > 100, "the process list was hardly sampled"
+    assert result.leaked_command_lines == []
+
+
+# --- testinfra against the converged container --------------------------------------
+
+
+def test_testinfra_suite_passes_on_the_converged_host(scenarios: Scenarios) -> None:
+    result = scenarios.converge.result()
+    assert result.first.returncode == 0, "converge failed; see test_first_converge_succeeds"
+    env = {**os.environ, "TFHOST_NGC_API_KEY": EXAMPLE_NGC_API_KEY}
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/infra", f"--hosts=docker://{result.host.name}",
+         "--tfhost-vars", str(scenarios.lab.vars_file), "-p", "no:cacheprovider", "-q", "-rs"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
+    summary = suite.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary, summary
+    assert "no NVIDIA GPU on the target host" in suite.stdout, "GPU tests should skip here"
+
+
+# --- check mode and wrong keys on a fresh container ---------------------------------
+
+
+def test_check_mode_passes_on_a_fresh_host(scenarios: Scenarios) -> None:
+    result = scenarios.fresh.result()
+    record_timing("check mode (fresh container)", result.check.seconds)
+    assert result.check.returncode == 0, result.check.explain()
+    assert result.check.recap["failed"] == 0
+
+
+def test_check_mode_changed_nothing(scenarios: Scenarios) -> None:
+    pristine = scenarios.fresh.result().pristine_after_check
+    assert pristine == dict.fromkeys(CHECK_MODE_WITNESSES, True)
+
+
+def test_wrong_key_stops_the_play_at_the_repository(scenarios: Scenarios) -> None:
+    result = scenarios.fresh.result()
+    run = result.wrong_key
+    assert run.returncode != 0
+    assert run.recap["failed"] == 1
+    assert run.failed_task == "nvidia_driver : Check the key's fingerprint before trusting it"
+    assert "Refusing NVIDIA's CUDA repository" in run.output
+    assert scenarios.lab.repos.impostor_fingerprint in run.output
+    assert "nvidia-cuda.list" not in result.sources_after_wrong_key
+
+
+def test_repository_signed_by_another_key_is_rejected_by_apt(scenarios: Scenarios) -> None:
+    run = scenarios.fresh.result().wrong_signer
+    assert run.returncode != 0
+    assert run.failed_task == "nvidia_driver : Read the CUDA repository index", run.explain()
+    assert "NO_PUBKEY" in run.output or "not signed" in run.output, run.explain()
+
+
+# --- unsupported OS -----------------------------------------------------------------
+
+
+def test_unsupported_os_fails_at_once(scenarios: Scenarios) -> None:
+    result = scenarios.legacy.result()
+    assert result.distribution.startswith("11."), result.distribution
+    run = result.run
+    assert run.returncode != 0
+    assert "Unsupported OS on" in run.output and "Debian 11" in run.output
+    assert run.recap["failed"] == 1 and run.recap["changed"] == 0
+    assert run.failed_task == "Check that the operating system is supported"
+    # Only fact gathering ran before the refusal.
+    assert run.recap["ok"] == 1, run.explain()
+
+
+# --- variations on the converged host -----------------------------------------------
+
+
+def _rerun(scenarios: Scenarios, name: str, *options: str, extra: dict[str, object] | None = None,
+           vault: Path = VAULT) -> PlaybookRun:
+    """Run site.yml again on the converged host with a variation."""
+    result = scenarios.converge.result()
+    assert result.first.returncode == 0, "converge failed; see test_first_converge_succeeds"
+    files = [scenarios.lab.vars_file]
+    if extra:
+        files.append(scenarios.lab.extra_vars_file(f"{name}.yml", extra))
+    return run_playbook(result.inventory, files, scenarios.lab.path(f"{name}.log"), *options,
+                        vault=vault)
+
+
+def _set_stub_gpus(scenarios: Scenarios, lines: list[str]) -> None:
+    host = scenarios.converge.result().host
+    if lines:
+        host.exec("mkdir", "-p", "/var/lib/nvidia-stub")
+        host.exec("tee", "/var/lib/nvidia-stub/gpus", stdin="\n".join(lines) + "\n")
+    else:
+        host.exec("rm", "-f", "/var/lib/nvidia-stub/gpus")
+
+
+def test_gpu_below_compute_capability_fails_naming_the_card(scenarios: Scenarios) -> None:
+    _set_stub_gpus(scenarios, ["NVIDIA H100 80GB HBM3, 9.0, 81559", "Tesla K80, 3.7, 11441"])
+    try:
+        run = _rerun(scenarios, "old-gpu", "--tags", "nvidia_driver")
+    finally:
+        _set_stub_gpus(scenarios, [])
+    assert run.returncode != 0
+    flat = " ".join(run.output.split())  # the message is wrapped over lines
+    assert "GPU 1 (Tesla K80) on" in flat and "has compute capability 3.7;" in flat
+    assert "TensorFlow needs 5.2 or newer" in flat
+    assert "GPU 0 (NVIDIA H100 80GB HBM3): compute capability 9.0" in flat
+    assert "GPU 0 (NVIDIA H100 80GB HBM3) on" not in flat
+
+
+def test_supported_gpus_pass_and_start_the_persistence_daemon(scenarios: Scenarios) -> None:
+    _set_stub_gpus(scenarios, ["NVIDIA A100-SXM4-40GB, 8.0, 40960"])
+    try:
+        run = _rerun(scenarios, "good-gpu", "--tags", "nvidia_driver")
+        running = scenarios.converge.result().host.exec(
+            "systemctl", "is-active", "nvidia-persistenced", check=False).stdout.strip()
+    finally:
+        _set_stub_gpus(scenarios, [])
+        scenarios.converge.result().host.exec("systemctl", "stop", "nvidia-persistenced")
+    assert run.returncode == 0, run.explain()
+    assert "NVIDIA A100-SXM4-40GB, 8.0" in run.output
+    assert running == "active"
+
+
+def test_gpu_validation_fails_clearly_without_its_image(scenarios: Scenarios) -> None:
+    _set_stub_gpus(scenarios, ["NVIDIA A100-SXM4-40GB, 8.0, 40960"])
+    try:
+        run = _rerun(scenarios, "no-image", "--tags", "gpu_validate")
+    finally:
+        _set_stub_gpus(scenarios, [])
+    assert run.returncode != 0
+    assert run.failed_task == "gpu_validate : Fail if the image is not available"
+    assert "The validation image tfhost/workloads:ngc is not on" in run.output
+    assert "gpu_validate_pull is never" in run.output
+
+
+def test_vault_without_ngc_key_skips_the_login(scenarios: Scenarios) -> None:
+    keyless = scenarios.lab.path("vault-without-ngc.yml")
+    keyless.write_text("---\n# A site vault that holds other secrets but no NGC key.\n"
+                       "site_backup_token: dummy\n")
+    subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-vault"), "encrypt", "--vault-password-file",
+         str(ANSIBLE_DIR / "inventory" / "vault-password.example"), str(keyless)],
+        check=True, capture_output=True,
+    )
+    before = len(scenarios.registry.logins.attempts)
+    run = _rerun(scenarios, "no-ngc-key", "--tags", "ngc", vault=keyless)
+    assert run.returncode == 0, run.explain()
+    assert "NGC: no ngc_api_key is set" in run.output
+    assert run.recap["changed"] == 0
+    assert len(scenarios.registry.logins.attempts) == before
+
+
+def test_misspelt_variable_fails_before_anything_runs(scenarios: Scenarios) -> None:
+    run = _rerun(scenarios, "typo", extra={"nvidia_driver_brnach": "575"})
+    assert run.returncode != 0
+    assert "Unknown variable(s): nvidia_driver_brnach" in run.output
+    assert run.failed_task.startswith("Check for misspelt role variables")
+
+
+def test_mistyped_variable_fails_before_anything_runs(scenarios: Scenarios) -> None:
+    run = _rerun(scenarios, "bad-type", extra={"docker_source": "snap", "cudnn_hold": "perhaps"})
+    assert run.returncode != 0
+    assert "docker_source" in run.output and "snap" in run.output
+    assert "cudnn_hold" in run.output
+    assert run.failed_task == (
+        "Check every role's variables against its argument spec before anything changes"
+    )

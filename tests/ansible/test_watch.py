@@ -1,0 +1,27 @@
+"""The command-line watch sees a secret on a command line (else its clean bill means nothing)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from tests.ansible.watch import CommandLineWatch
+
+
+def test_watch_catches_a_secret_on_a_command_line() -> None:
+    secret = "canary-7f3a9c-not-a-key"
+    with CommandLineWatch(secret) as watch:
+        subprocess.run([sys.executable, "-c", "import time; time.sleep(0.5)", secret], check=True)
+        time.sleep(0.1)
+    assert watch.leaks, "a process carrying the secret in argv went unnoticed"
+    assert all("<KEY>" in line and secret not in line for line in watch.leaks)
+
+
+def test_watch_stays_quiet_when_the_secret_only_travels_on_stdin() -> None:
+    secret = "canary-1b2c3d-not-a-key"
+    with CommandLineWatch(secret) as watch:
+        reader = "import sys, time; sys.stdin.read(); time.sleep(0.3)"
+        subprocess.run([sys.executable, "-c", reader], input=secret, text=True, check=True)
+    assert watch.samples > 5
+    assert watch.leaks == []

@@ -1,0 +1,47 @@
+"""Watch every process's command line for a secret while a play runs.
+
+Why: "the key never reaches a process list" is only testable by looking at
+the process list while the key is in use. The target container shares this
+kernel, so /proc here shows its processes too (docker exec, docker login,
+the Ansible modules).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from types import TracebackType
+
+
+class CommandLineWatch:
+    """Samples /proc/*/cmdline until stopped; remembers command lines containing the secret."""
+
+    def __init__(self, secret: str, interval: float = 0.02) -> None:
+        self._secret = secret.encode()
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cmdline-watch", daemon=True)
+        self.samples = 0
+        self.leaks: list[str] = []
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    data = cmdline.read_bytes()
+                except OSError:  # the process ended between listing and reading
+                    continue
+                if self._secret in data:
+                    shown = data.replace(b"\0", b" ").replace(self._secret, b"<KEY>")
+                    self.leaks.append(shown.decode(errors="replace"))
+            self.samples += 1
+            self._stop.wait(self._interval)
+
+    def __enter__(self) -> CommandLineWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

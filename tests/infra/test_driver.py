@@ -1,0 +1,80 @@
+"""The NVIDIA driver: pinned branch, held packages, nouveau out, persistence daemon."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.infra.helpers import held_packages, installed_version
+
+DEBIAN_DRIVER_PACKAGES = ["nvidia-driver-cuda", "nvidia-smi", "nvidia-persistenced"]
+
+
+@pytest.mark.usefixtures("debian_family")
+def test_driver_packages_are_on_the_pinned_branch(host: Any, tfvars: dict[str, Any]) -> None:
+    if host.system_info.distribution == "ubuntu":
+        pytest.skip("Ubuntu names the packages by branch; the name is the pin")
+    branch = str(tfvars["nvidia_driver_branch"])
+    modules = "nvidia-kernel-open-dkms" if tfvars["nvidia_driver_kernel_modules"] == "open" \
+        else "nvidia-kernel-dkms"
+    for name in [*DEBIAN_DRIVER_PACKAGES, modules]:
+        version = installed_version(host, name)
+        assert version.startswith(f"{branch}."), f"{name} is {version or 'not installed'}"
+
+
+@pytest.mark.usefixtures("debian_family")
+def test_driver_packages_are_held(host: Any, tfvars: dict[str, Any]) -> None:
+    if not tfvars["nvidia_driver_hold"]:
+        pytest.skip("nvidia_driver_hold is false")
+    held = held_packages(host)
+    driver = {name for name in held if name.startswith(("nvidia-", "libnvidia-", "libcuda"))}
+    assert driver, f"no driver package is held (held: {sorted(held)})"
+    if host.system_info.distribution == "debian":
+        assert set(DEBIAN_DRIVER_PACKAGES) <= held
+
+
+def test_nouveau_is_blacklisted(host: Any, tfvars: dict[str, Any]) -> None:
+    if not tfvars["nvidia_driver_blacklist_nouveau"]:
+        pytest.skip("nvidia_driver_blacklist_nouveau is false")
+    conf = host.file("/etc/modprobe.d/blacklist-nouveau.conf")
+    assert conf.exists
+    lines = conf.content_string.splitlines()
+    assert "blacklist nouveau" in lines
+    assert "options nouveau modeset=0" in lines
+
+
+def test_nouveau_is_not_loaded(host: Any) -> None:
+    modules = host.run("cat /proc/modules")
+    if modules.rc != 0:
+        pytest.skip("this kernel has no loadable modules (/proc/modules is absent)")
+    assert "nouveau" not in [line.split()[0] for line in modules.stdout.splitlines()]
+
+
+def test_persistence_daemon_is_enabled(host: Any, tfvars: dict[str, Any]) -> None:
+    if not tfvars["nvidia_driver_persistenced"]:
+        pytest.skip("nvidia_driver_persistenced is false")
+    assert host.service("nvidia-persistenced").is_enabled
+
+
+def test_nvidia_smi_reports_no_gpu_cleanly_or_lists_gpus(host: Any, gpu_count: int) -> None:
+    """Either GPUs, or exactly NVIDIA's no-device answer: anything else is a broken driver."""
+    result = host.run("nvidia-smi -L")
+    if gpu_count == 0:
+        assert "No devices were found" in result.stdout, result.stdout + result.stderr
+    else:
+        assert result.rc == 0
+
+
+@pytest.mark.gpu
+def test_every_gpu_meets_the_minimum_compute_capability(host: Any, tfvars: dict[str, Any]) -> None:
+    minimum = tuple(int(p) for p in str(tfvars["nvidia_driver_min_compute_capability"]).split("."))
+    rows = host.check_output("nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader")
+    for row in rows.splitlines():
+        name, capability = (part.strip() for part in row.rsplit(",", 1))
+        assert tuple(int(p) for p in capability.split(".")) >= minimum, f"{name}: {capability}"
+
+
+@pytest.mark.gpu
+def test_persistence_daemon_runs_with_gpus(host: Any) -> None:
+    assert host.service("nvidia-persistenced").is_running
