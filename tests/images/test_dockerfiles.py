@@ -117,11 +117,14 @@ def test_dockerignore_sends_only_what_the_images_need() -> None:
     assert not any("__pycache__" in p for p in sent)
 
 
-def _bake(tmp_path: Path, url: str, md5: str = "") -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path),
+def _bake(tmp_path: Path, url: str, md5: str = "",
+          source: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(source), "HOME": str(tmp_path),
            "WORKLOADS_CACHE": str(tmp_path / "cache"), "WORKLOADS_VGG19_URL": url,
            "WORKLOADS_VGG19_MD5": md5}
-    return subprocess.run([sys.executable, str(REPO / "images/lib/bake-vgg19")], env=env,
+    # -S: no site-packages, so the editable install of this repository cannot supply a
+    # module that `source` lacks (the bake needs only the standard library).
+    return subprocess.run([sys.executable, "-S", str(REPO / "images/lib/bake-vgg19")], env=env,
                           capture_output=True, text=True, check=False, timeout=120)
 
 
@@ -143,3 +146,24 @@ def test_bake_vgg19_from_a_mirror_is_readable_by_all(tmp_path: Path) -> None:
     assert baked.read_bytes() == FAKE_WEIGHTS
     assert baked.stat().st_mode & 0o777 == 0o644
     assert result.stdout.strip() == f"bake-vgg19: VGG19 weights baked in at {baked}"
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_bake_vgg19_runs_from_exactly_the_files_the_dockerfile_copies(
+    flavour: str, tmp_path: Path
+) -> None:
+    """The bake step sees only /tmp/bake-src: a module missing there must fail here, not
+    turn into an offline-looking warning and an image without weights."""
+    from tests.images.image_builds import FAKE_WEIGHTS_MD5, weights_mirror
+
+    source = tmp_path / "bake-src"
+    copies = re.findall(r"^COPY (.+) /tmp/bake-src/(\S*)$", DOCKERFILES[flavour].read_text(), re.M)
+    assert copies, f"{flavour}: no COPY into /tmp/bake-src"
+    for files, folder in copies:
+        (source / folder).mkdir(parents=True, exist_ok=True)
+        for name in files.split():
+            shutil.copy(REPO / name, source / folder)
+    with weights_mirror() as url:
+        result = _bake(tmp_path, url, FAKE_WEIGHTS_MD5, source=source)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("bake-vgg19: VGG19 weights baked in at "), result.stderr

@@ -9,20 +9,17 @@ place the archive in ``--data-dir`` or the cache directory.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
-import shutil
 import tarfile
-import tempfile
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from workloads.download import ChecksumMismatch, fetch_verified, md5sum
 from workloads.errors import WorkloadError
 
 ARCHIVE_NAME = "cifar-10-python.tar.gz"
@@ -58,14 +55,6 @@ def archive_url() -> str:
 def archive_md5() -> str:
     """The expected MD5; a mirror with a repacked archive sets ``WORKLOADS_CIFAR10_MD5``."""
     return os.environ.get("WORKLOADS_CIFAR10_MD5", ARCHIVE_MD5)
-
-
-def md5sum(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def locate_archive(data_dir: Path | None, *, download: bool = True) -> Path:
@@ -104,29 +93,21 @@ def verify(path: Path) -> None:
 
 
 def fetch(url: str, dest: Path) -> Path:
-    """Download ``url`` to ``dest`` through a temp file; verify before it appears."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp = Path(tmp_name)
+    """Download ``url`` to ``dest``; the archive appears only once its MD5 is right."""
     try:
-        with (
-            os.fdopen(fd, "wb") as out,
-            urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response,
-        ):
-            shutil.copyfileobj(response, out)
-        verify(tmp)
-        tmp.replace(dest)
+        return fetch_verified(url, dest, archive_md5(), timeout=DOWNLOAD_TIMEOUT_S)
+    except ChecksumMismatch as exc:
+        raise WorkloadError(
+            f"the archive downloaded from {url} has MD5 {exc.actual}, expected {exc.expected}",
+            "check the mirror (WORKLOADS_CIFAR10_URL, WORKLOADS_CIFAR10_MD5) "
+            f"or place {ARCHIVE_NAME} in {dest.parent} by hand",
+        ) from exc
     except (urllib.error.URLError, OSError) as exc:
-        tmp.unlink(missing_ok=True)
         reason = getattr(exc, "reason", None) or exc
         raise WorkloadError(
             f"cannot download {url} ({reason})",
             f"on an offline host place {ARCHIVE_NAME} in {dest.parent} or pass --data-dir",
         ) from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return dest
 
 
 def decode_batch(raw: bytes | Any) -> tuple[np.ndarray, np.ndarray]:

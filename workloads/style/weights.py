@@ -10,15 +10,12 @@ benchmarks, where the values of the weights do not matter, only their shapes.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import tempfile
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from workloads.download import ChecksumMismatch, fetch_verified, md5sum
 from workloads.errors import WorkloadError
 
 FILE_NAME = "vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5"
@@ -109,14 +106,6 @@ def ensure_imagenet() -> Path:
     return download(weights_url(), target)
 
 
-def md5sum(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify(path: Path) -> None:
     actual = md5sum(path)
     if actual != weights_md5():
@@ -127,7 +116,7 @@ def verify(path: Path) -> None:
 
 
 def download(url: str, target: Path) -> Path:
-    """Fetch through a temp file beside ``target``; it appears only once verified."""
+    """Fetch into the cache; the file appears only once its MD5 is right."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -135,21 +124,13 @@ def download(url: str, target: Path) -> Path:
             f"cannot create the weights cache {target.parent} ({exc.strerror or exc})",
             "set WORKLOADS_CACHE to a writable directory",
         ) from exc
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    tmp = Path(tmp_name)
     try:
-        with (
-            os.fdopen(fd, "wb") as out,
-            urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response,
-        ):
-            shutil.copyfileobj(response, out)
-        actual = md5sum(tmp)
-        if actual != weights_md5():
-            raise WorkloadError(
-                f"the file downloaded from {url} has MD5 {actual}, expected {weights_md5()}",
-                f"check the mirror (WORKLOADS_VGG19_URL) or copy {URL} to {target} by hand",
-            )
-        tmp.replace(target)
+        return fetch_verified(url, target, weights_md5(), timeout=DOWNLOAD_TIMEOUT_S)
+    except ChecksumMismatch as exc:
+        raise WorkloadError(
+            f"the file downloaded from {url} has MD5 {exc.actual}, expected {exc.expected}",
+            f"check the mirror (WORKLOADS_VGG19_URL) or copy {URL} to {target} by hand",
+        ) from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
         source = "" if url == URL else f" from {url}"
@@ -158,6 +139,3 @@ def download(url: str, target: Path) -> Path:
             f"copy {FILE_NAME} (from {URL}) to {target.parent}/, "
             "or use --weights random for a speed test",
         ) from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
