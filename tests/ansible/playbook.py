@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO / "ansible"
 BIN = Path(sys.executable).parent
 VAULT = ANSIBLE_DIR / "inventory" / "group_vars" / "gpu_hosts" / "vault.yml"
-VAULT_PASSWORD = ANSIBLE_DIR / "inventory" / "vault-password.example"
+VAULT_PASSWORD = ANSIBLE_DIR / "vault-password.example"
 # The dummy key inside the example vault (documented in ansible/README.md).
 EXAMPLE_NGC_API_KEY = "nvapi-EXAMPLE-DUMMY-KEY-0000-tfhost-not-a-real-key"
 

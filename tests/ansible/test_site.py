@@ -226,7 +226,7 @@ def test_vault_without_ngc_key_skips_the_login(scenarios: Scenarios) -> None:
                        "site_backup_token: dummy\n")
     subprocess.run(
         [str(Path(sys.executable).parent / "ansible-vault"), "encrypt", "--vault-password-file",
-         str(ANSIBLE_DIR / "inventory" / "vault-password.example"), str(keyless)],
+         str(ANSIBLE_DIR / "vault-password.example"), str(keyless)],
         check=True, capture_output=True,
     )
     before = len(scenarios.registry.logins.attempts)

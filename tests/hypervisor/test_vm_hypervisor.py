@@ -1,0 +1,147 @@
+"""hypervisor.yml for real, in a VM that has an IOMMU and a GPU-shaped device.
+
+The guest is the project's box booted by scripts/vm.sh with QEMU's emulated
+Intel VT-d (intel-iommu) and, in slot 00:05, a two-function device shaped like
+a GPU: a VGA controller (1234:1111) in function 0 and an HD-audio controller
+(8086:293e) in function 1, sharing one IOMMU group as a card and its HDMI audio
+do. The role finds the "GPU" by vendor, takes the audio function along, writes
+the GRUB drop-in and vfio files, runs update-grub and update-initramfs, reboots
+the guest and then checks the running kernel: the real sequence of a
+hypervisor, with the real kernel, boot loader and sysfs. Only the CPU
+vendor is forced (gpu_passthrough_iommu: intel), because the emulated IOMMU is
+Intel's whatever CPU runs the test; `auto` is covered in test_check_mode.py.
+
+The packages step is off here: QEMU and libvirt with their dependencies are
+~370 packages, over ten minutes of dpkg under software emulation; the package
+list itself is resolved by apt in test_check_mode.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.hypervisor.play import Play, run_hypervisor_play
+from tests.vm.machine import Box, Machine, booted
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+HOST = "tfhost-vm"
+GPU, AUDIO = "0000:00:05.0", "0000:00:05.1"
+GPU_SHAPED_DEVICE = [
+    "--qemu-arg", "-device", "--qemu-arg", "VGA,bus=pcie.0,addr=0x5.0x0,multifunction=on",
+    "--qemu-arg", "-device", "--qemu-arg", "ich9-intel-hda,bus=pcie.0,addr=0x5.0x1",
+]
+SETTINGS = {
+    "gpu_passthrough_vendors": ["1234"],
+    "gpu_passthrough_iommu": "intel",
+    "gpu_passthrough_install_packages": False,
+}
+
+
+@dataclass(frozen=True)
+class Runs:
+    machine: Machine
+    first: Play
+    second: Play
+    boot_id_before: str
+
+
+def _boot_id(machine: Machine) -> str:
+    return machine.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+
+
+def _driver(machine: Machine, address: str) -> str:
+    return machine.run(f"basename \"$(readlink /sys/bus/pci/devices/{address}/driver)\"",
+                       check=False).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def guest(box: Box, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Machine, Path]]:
+    workdir = tmp_path_factory.mktemp("hypervisor-vm")
+    with booted(box, workdir / "state", "--iommu", *GPU_SHAPED_DEVICE) as machine:
+        yield machine, workdir
+
+
+@pytest.fixture(scope="module")
+def runs(guest: tuple[Machine, Path]) -> Runs:
+    machine, workdir = guest
+    inventory = machine.inventory(workdir / "inventory.yml", [], group="gpu_hypervisors")
+    before = _boot_id(machine)
+    first = run_hypervisor_play(inventory, SETTINGS, workdir, timeout=1200)
+    second = run_hypervisor_play(inventory, SETTINGS, workdir, timeout=600) \
+        if first.returncode == 0 else first
+    return Runs(machine, first, second, before)
+
+
+def _changed(play: Play) -> list[str]:
+    return [name for name, result in play.tasks(HOST) if result.get("changed")]
+
+
+def test_before_the_role_nothing_is_bound_to_vfio(guest: tuple[Machine, Path]) -> None:
+    """The baseline the first run changes (pytest runs this before the `runs` fixture)."""
+    machine, _ = guest
+    assert "intel_iommu=on" not in machine.run("cat /proc/cmdline").stdout
+    assert _driver(machine, GPU) != "vfio-pci"
+
+
+def test_first_run_reboots_into_the_iommu_with_vfio_bound(runs: Runs) -> None:
+    play = runs.first
+    assert play.returncode == 0, play.output[-5000:]
+    changed = _changed(play)
+    for task in ("Add the IOMMU arguments to GRUB_CMDLINE_LINUX", "Update the boot loader",
+                 "Rebuild the initramfs", "Reboot to turn on the IOMMU and vfio-pci"):
+        assert task in changed, changed
+    assert _boot_id(runs.machine) != runs.boot_id_before, "the guest did not reboot"
+
+    cmdline = runs.machine.run("cat /proc/cmdline").stdout.split()
+    assert {"intel_iommu=on", "iommu=pt"} <= set(cmdline)
+    assert _driver(runs.machine, GPU) == "vfio-pci"
+    assert _driver(runs.machine, AUDIO) == "vfio-pci"
+
+
+def test_the_play_reported_the_group_and_verified_the_binding(runs: Runs) -> None:
+    play = runs.first
+    assert play.returncode == 0, play.output[-5000:]
+    report = play.result(HOST, "Report the devices to pass through")["msg"]
+    assert report[0] == "To vfio-pci (ids=1234:1111,8086:293e):"
+    groups = play.result(HOST, "Report the IOMMU groups of those devices")["msg"]
+    assert len({line.split(":")[0] for line in groups}) == 1, groups  # one group for both
+    assert all(line.endswith("-> vfio-pci") for line in groups), groups
+    checks = play.result(HOST, "Check that vfio-pci drives every passed-through function")
+    assert [item["msg"] for item in checks["results"]] == [
+        f"{GPU} (1234:1111): vfio-pci", f"{AUDIO} (8086:293e): vfio-pci"]
+
+
+def test_initramfs_loads_vfio_pci_with_the_ids(runs: Runs) -> None:
+    assert runs.first.returncode == 0, runs.first.output[-5000:]
+    listing = runs.machine.run("lsinitramfs /boot/initrd.img-$(uname -r)").stdout
+    assert "etc/modprobe.d/vfio.conf" in listing
+    assert "vfio-pci.ko" in listing
+    grub = runs.machine.run("grep -c 'intel_iommu=on iommu=pt' /boot/grub/grub.cfg").stdout
+    assert int(grub) >= 1
+
+
+def test_second_run_changes_nothing_and_verifies_again(runs: Runs) -> None:
+    assert runs.second.returncode == 0, runs.second.output[-5000:]
+    assert _changed(runs.second) == []
+    assert runs.second.result(HOST, "Check that the IOMMU is on")["msg"].startswith("IOMMU on:")
+
+
+def test_a_device_sharing_its_real_group_is_refused(runs: Runs) -> None:
+    """00:1f.2 (SATA) shares its group with the LPC bridge and SMBus of the ICH9 chipset."""
+    assert runs.first.returncode == 0, runs.first.output[-5000:]
+    machine = runs.machine
+    inventory = machine.state.parent / "inventory.yml"
+    play = run_hypervisor_play(
+        inventory, {**SETTINGS, "gpu_passthrough_addresses": ["0000:00:1f.2"],
+                    "gpu_passthrough_include_functions": False},
+        machine.state.parent, timeout=600)
+    assert play.returncode != 0
+    task, message = play.failure(HOST)
+    assert task == "Fail if a GPU shares its IOMMU group with a device that stays on the host"
+    assert "0000:00:1f.0" in message and "0000:00:1f.3" in message
+    assert _changed(play) == []
