@@ -134,3 +134,28 @@ def test_run_one_adds_one_row_for_job_array_tasks(
     plan = sweep_cli([str(spec), "--dir", str(directory), "--dry-run"], env)
     assert plan.returncode == 0
     assert plan.stdout.count("to run") == 2 and plan.stdout.count("done") == 1
+
+
+def test_run_one_whose_run_is_stopped_by_sigterm_adds_no_row(
+    tmp_path: Path, sweep_env: dict[str, str]
+) -> None:
+    """scancel signals every process of the step; the run may die of it first.
+
+    Here only the run gets SIGTERM, the widest form of that race: the task must
+    say the run was stopped and add no row, so the next submission runs it again.
+    """
+    spec, directory = slow_spec(tmp_path, runs=2, sleep=60), tmp_path / "d"
+    task = start_sweep([str(spec), "--dir", str(directory), "--run-one", "0"], sweep_env,
+                       tmp_path / "task.log")
+    try:
+        wait_until(lambda: any(c["event"] == "start" for c in calls(sweep_env)), 60,
+                   "the run to start")
+        [run_pid] = [c["pid"] for c in calls(sweep_env) if c["event"] == "start"]
+        subprocess.run(["kill", "-TERM", str(run_pid)], check=True)
+        assert task.wait(60) == 128 + signal.SIGTERM
+    finally:
+        if task.poll() is None:
+            task.kill()
+    log = (tmp_path / "task.log").read_text()
+    assert "was stopped by SIGTERM; no row added" in log, log
+    assert read_db(directory).empty

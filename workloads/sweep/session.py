@@ -9,6 +9,7 @@ written, is adopted from its record instead of being run twice.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -202,12 +203,27 @@ def run_one(
     except BaseException:
         stop(running, grace=5.0)
         raise
+    stopped_by = _stopping_signal(running.process.returncode)
+    if stopped_by is not None and not running.timed_out:
+        # scancel signals the whole step: the run may die of it before this process's
+        # own handler fires. Either way the run was stopped, not failed: no row.
+        out.print(f"run {pset.index} ({pset.pset_id}) was stopped by {stopped_by.name}; "
+                  "no row added, the next submission runs it again")
+        return 128 + stopped_by.value
     row = finish(ctx, running)
     row.update(task_fields(os.environ))
     database.add(row)
     state = f"failed ({row['_failure']}): {row['_exc_txt']}" if row["_failed"] else "ok"
     out.print(f"run {pset.index} ({pset.pset_id}) {pset.label(list(spec.vary))}: {state}")
     return 1 if row["_failed"] else 0
+
+
+def _stopping_signal(returncode: int | None) -> signal.Signals | None:
+    """SIGTERM or SIGINT when that is what ended the run (a negative return code)."""
+    if returncode is None or returncode >= 0:
+        return None
+    received = signal.Signals(-returncode)
+    return received if received in (signal.SIGTERM, signal.SIGINT) else None
 
 
 def print_plan(spec: SweepSpec, plan: list[Pset], directory: Path) -> int:

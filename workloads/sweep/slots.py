@@ -48,9 +48,6 @@ class Slot:
         return env
 
 
-INHERITED = Slot(index=0, label="inherited", visible=None, shared_by=1)
-
-
 def visible_gpus(environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """``(label, CUDA_VISIBLE_DEVICES entry)`` for every GPU this process may use.
 
