@@ -104,6 +104,10 @@ free_port() {
 start() {
   command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; install it: apt-get install -y qemu-system-x86"
   command -v qemu-img >/dev/null || die "qemu-img not found; install it: apt-get install -y qemu-utils"
+  [[ $memory =~ ^[0-9]+$ && $memory -ge 512 ]] || die "--memory must be MiB >= 512, got '$memory'"
+  [[ $cpus =~ ^[0-9]+$ && $cpus -ge 1 ]] || die "--cpus must be a positive integer, got '$cpus'"
+  [[ -z $ssh_port || $ssh_port =~ ^[0-9]+$ ]] || die "--ssh-port must be a port number, got '$ssh_port'"
+  case $accel in auto|kvm|tcg) ;; *) die "--accel must be auto, kvm or tcg, got '$accel'" ;; esac
   pid_alive && die "a VM from $state is still running (pid $(cat "$state/qemu.pid")); stop it first: $0 stop --state $state"
   if [[ -z $disk ]]; then
     local box
@@ -113,10 +117,7 @@ start() {
   fi
   [[ -f $disk ]] || die "disk $disk does not exist; build one: scripts/build-box.sh"
   [[ -n $key && -f $key ]] || die "no SSH key for user vagrant; pass --key (the box's vagrant_key)"
-  [[ $memory =~ ^[0-9]+$ && $memory -ge 512 ]] || die "--memory must be MiB >= 512, got '$memory'"
-  [[ $cpus =~ ^[0-9]+$ && $cpus -ge 1 ]] || die "--cpus must be a positive integer, got '$cpus'"
   [[ -n $ssh_port ]] || ssh_port=$(free_port)
-  [[ $ssh_port =~ ^[0-9]+$ ]] || die "--ssh-port must be a port number, got '$ssh_port'"
 
   local chosen
   chosen=$(choose_accel)
