@@ -16,8 +16,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.loopback_http import loopback_server
 
 
 @dataclass
@@ -87,12 +89,5 @@ def _handler(username: str, password: str, logins: LoginLog) -> type[BaseHTTPReq
 def fake_registry(username: str, password: str) -> Iterator[FakeRegistry]:
     """Run the registry on an ephemeral loopback port for the duration of the block."""
     logins = LoginLog()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(username, password, logins))
-    thread = threading.Thread(target=server.serve_forever, name="fake-ngc", daemon=True)
-    thread.start()
-    try:
+    with loopback_server(_handler(username, password, logins), name="fake-ngc") as server:
         yield FakeRegistry(f"127.0.0.1:{server.server_address[1]}", logins)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)

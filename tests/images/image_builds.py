@@ -23,12 +23,13 @@ import hashlib
 import http.server
 import io
 import tarfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tests.support.loopback_http import base_url, loopback_server
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = "images/cpu/Dockerfile"
@@ -78,17 +79,10 @@ def weights_mirror() -> Iterator[str]:
         def log_message(self, *args: object) -> None:  # keep the test output clean
             pass
 
-    try:  # a fixed port keeps the URL, and so the bake layer's cache key, the same
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", MIRROR_PORT), Handler)
-    except OSError:  # taken: any port works, the bake layer is just rebuilt
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/vgg19.h5"
-    finally:
-        server.shutdown()
-        server.server_close()
+    # A fixed port keeps the URL, and so the bake layer's cache key, the same; if it is
+    # taken any port works, and the bake layer is just rebuilt.
+    with loopback_server(Handler, MIRROR_PORT, 0, name="weights-mirror") as server:
+        yield f"{base_url(server)}/vgg19.h5"
 
 
 def build(dockerfile: str, tag: str, context: io.BytesIO, buildargs: dict[str, str]) -> str:

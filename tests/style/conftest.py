@@ -8,10 +8,7 @@ against a file in the same format (Keras 2's HDF5 ``save_weights`` layout, as
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.loopback_http import serve_directory
 from workloads.style.vgg import VGG19_LAYERS
 from workloads.style.weights import FILE_NAME
 
@@ -69,24 +67,11 @@ def vgg_weights_file(tmp_path_factory: pytest.TempPathFactory) -> WeightsFile:
     return WeightsFile(path, md5, arrays)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # keep pytest output clean
-        pass
-
-
 @pytest.fixture
 def file_server(vgg_weights_file: WeightsFile) -> Iterator[str]:
     """Serve the weights file's directory on 127.0.0.1; yields the base URL."""
-    handler = functools.partial(_QuietHandler, directory=str(vgg_weights_file.path.parent))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_directory(vgg_weights_file.path.parent) as url:
+        yield url
 
 
 @pytest.fixture

@@ -23,10 +23,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
+
+from tests.support.loopback_http import loopback_server
 
 ALLOWED_HOSTS = frozenset({"deb.debian.org"})
 # Request headers apt sends that change the answer; everything else stays behind.
@@ -184,13 +186,5 @@ def apt_proxy(cache_dir: Path, log_path: Path) -> Iterator[AptProxy]:
     cache_dir.mkdir(parents=True, exist_ok=True)
     with log_path.open("a") as stream:
         log = ProxyLog(stream)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(cache_dir, log))
-        server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, name="apt-proxy", daemon=True)
-        thread.start()
-        try:
+        with loopback_server(_handler(cache_dir, log), name="apt-proxy") as server:
             yield AptProxy(server.server_address[1], log)
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=10)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.support.loopback_http import serve_directory
 from tests.workloads.cifar_fixture import TEST_IMAGES, TRAIN_PER_BATCH, pixel
 from tests.workloads.conftest import Archive
 from workloads.cifar10 import data
@@ -63,20 +61,8 @@ def test_corrupt_archive_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Mo
 @pytest.fixture
 def archive_server(cifar_archive: Archive) -> Iterator[str]:
     """Serve the fixture archive on 127.0.0.1 (an ephemeral port) over plain HTTP."""
-
-    class QuietHandler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    handler = functools.partial(QuietHandler, directory=str(cifar_archive.path.parent))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{data.ARCHIVE_NAME}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_directory(cifar_archive.path.parent) as url:
+        yield f"{url}/{data.ARCHIVE_NAME}"
 
 
 def test_download_verifies_and_caches(

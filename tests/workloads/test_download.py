@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import http.server
-import threading
 import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.loopback_http import base_url, loopback_server
 from workloads.download import ChecksumMismatch, IncompleteDownload, fetch_verified, md5sum
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB: more than one read chunk
@@ -36,14 +36,8 @@ def server() -> Iterator[str]:
             self.wfile.write(body)
             self.close_connection = True
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with loopback_server(Handler) as httpd:
+        yield base_url(httpd)
 
 
 def test_verified_file_lands_at_the_destination(server: str, tmp_path: Path) -> None:
