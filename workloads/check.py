@@ -103,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(report: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        print(json.dumps(report, indent=2))
+        # Flushed at once: a note on stderr must come after the whole document,
+        # never inside it, when a caller merges the two streams.
+        print(json.dumps(report, indent=2), flush=True)
         return
     from rich.console import Console
     from rich.table import Table

@@ -175,8 +175,13 @@ def start(container: Any, spec: RunSpec) -> None:
 
 
 def run(spec: RunSpec, client: Any = None, out: TextIO | None = None,
-        watch: Callable[[], AbstractContextManager[Any]] | None = None) -> int:
+        watch: Callable[[], AbstractContextManager[Any]] | None = None,
+        err: TextIO | None = None) -> int:
     """Run ``spec`` to the end; returns the container's exit code (124 on time limit).
+
+    The container's stdout goes to ``out`` and its stderr to ``err`` (by default
+    this process's own), never mixed: ``workloads check --json`` through the
+    runner must stay parseable JSON on stdout whatever the workload logs.
 
     ``watch`` (e.g. the GPU monitor) is entered once the container has started
     and left when it ends, so a container that fails to start leaves no trace.
@@ -191,12 +196,12 @@ def run(spec: RunSpec, client: Any = None, out: TextIO | None = None,
     try:
         start(container, spec)
         with watch() if watch is not None else nullcontext():
-            return follow(container, spec, out or sys.stdout)
+            return follow(container, spec, out or sys.stdout, err or sys.stderr)
     finally:
         remove(container)
 
 
-def follow(container: Any, spec: RunSpec, out: TextIO) -> int:
+def follow(container: Any, spec: RunSpec, out: TextIO, err: TextIO) -> int:
     """Stream the started container's log until it exits; stop it at the time limit."""
     timed_out = threading.Event()
     timer: threading.Timer | None = None
@@ -205,7 +210,7 @@ def follow(container: Any, spec: RunSpec, out: TextIO) -> int:
         timer.daemon = True
         timer.start()
     try:
-        stream_logs(container, out)
+        stream_logs(container, out, err)
         code = int(container.wait().get("StatusCode", 1))
     finally:
         if timer is not None:
@@ -220,14 +225,28 @@ def follow(container: Any, spec: RunSpec, out: TextIO) -> int:
     return code
 
 
-def stream_logs(container: Any, out: TextIO) -> None:
-    """Copy the container's stdout and stderr to ``out`` as they arrive."""
+def stream_logs(container: Any, out: TextIO, err: TextIO) -> None:
+    """Copy the container's stdout to ``out`` and its stderr to ``err`` as they arrive.
+
+    One follower per stream, as ``docker run`` keeps them apart: a combined log
+    interleaves a stderr note into the middle of a stdout document.
+    """
+    follower = threading.Thread(target=_copy_stream, args=(container, "stderr", err),
+                                name="container-stderr", daemon=True)
+    follower.start()
+    _copy_stream(container, "stdout", out)
+    follower.join()
+
+
+def _copy_stream(container: Any, which: Literal["stdout", "stderr"], sink: TextIO) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
-        out.write(decoder.decode(chunk))
-        out.flush()
-    out.write(decoder.decode(b"", final=True))
-    out.flush()
+    chunks = container.logs(stream=True, follow=True, stdout=which == "stdout",
+                            stderr=which == "stderr")
+    for chunk in chunks:
+        sink.write(decoder.decode(chunk))
+        sink.flush()
+    sink.write(decoder.decode(b"", final=True))
+    sink.flush()
 
 
 def remove(container: Any) -> None:

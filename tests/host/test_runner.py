@@ -104,11 +104,12 @@ def test_gpu_request_without_toolkit_fails_in_one_line(cpu_image: str, tmp_path:
 def test_exit_code_and_log_come_back(cpu_image: str, memlock: int, tmp_path: Path) -> None:
     from tfhost.runner import RunSpec, run
 
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     spec = RunSpec(image=cpu_image, command=["cifar10", "--batch-size", "0"],
                    network_mode="none", memlock_bytes=memlock, results_dir=tmp_path)
-    assert run(spec, out=out) == 2
-    assert "--batch-size: must be > 0" in out.getvalue()
+    assert run(spec, out=out, err=err) == 2
+    assert "--batch-size: must be > 0" in err.getvalue()
+    assert out.getvalue() == ""
     out = io.StringIO()
     assert run(RunSpec(image=cpu_image, command=["--version"], network_mode="none",
                        memlock_bytes=memlock), out=out) == 0
@@ -142,7 +143,7 @@ def test_log_streams_while_the_container_runs(cpu_image: str, memlock: int,
                    results_dir=tmp_path,
                    command=["cifar10", "--epochs", "3", "--steps-per-epoch", "3",
                             "--batch-size", "8", "--output", "/results/r.json"])
-    assert run(spec, out=probe) == 0
+    assert run(spec, out=probe, err=probe) == 0
     first_epoch = [running for text, running in probe.while_running if "epoch 1:" in text]
     assert first_epoch == [True], probe.while_running
     assert (tmp_path / "r.json").is_file()
@@ -271,7 +272,7 @@ def test_removal_takes_the_anonymous_results_volume_along(cpu_image: str, memloc
                    memlock_bytes=memlock)
     container = create(_client(), spec)
     start(container, spec)
-    assert follow(container, spec, io.StringIO()) == 0
+    assert follow(container, spec, io.StringIO(), io.StringIO()) == 0
     container.reload()
     volumes = [m["Name"] for m in container.attrs["Mounts"] if m["Type"] == "volume"]
     assert len(volumes) == 1  # the image's VOLUME /results

@@ -22,13 +22,15 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 OTHER_UID = 1234
 
 
-def _run(image: str, command: list[str], results: Path, user: str, memlock: int) -> tuple[int, str]:
+def _run(image: str, command: list[str], results: Path, user: str,
+         memlock: int) -> tuple[int, str, str]:
+    """Run ``command`` in ``image``; returns (exit code, stdout, stderr), kept apart."""
     from tfhost.runner import RunSpec, run
 
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     spec = RunSpec(image=image, command=command, results_dir=results, user=user,
                    network_mode="none", memlock_bytes=memlock, timeout_s=300)
-    return run(spec, out=out), out.getvalue()
+    return run(spec, out=out, err=err), out.getvalue(), err.getvalue()
 
 
 def _owned_by(path: Path, uid: int, gid: int) -> None:
@@ -65,25 +67,26 @@ def test_check_cifar10_and_style_as_another_user(cpu_image: str, memlock: int,
     os.chown(results, OTHER_UID, OTHER_UID)  # as if user 1234 had made it
     user = f"{OTHER_UID}:{OTHER_UID}"
 
-    code, out = _run(cpu_image, ["check", "--json"], results, user, memlock)
-    assert code == 0, out
-    report = json.loads(out[out.index("{"):out.rindex("}") + 1])
+    code, out, err = _run(cpu_image, ["check", "--json"], results, user, memlock)
+    assert code == 0, err
+    report = json.loads(out)  # stdout alone: the notes go to stderr
+    assert "no GPU visible" in err
     assert report["ok"] is True and report["matmul"][0]["device"] == "/CPU:0"
 
-    code, out = _run(cpu_image, ["cifar10", "--data", "synthetic", "--epochs", "2",
+    code, out, err = _run(cpu_image, ["cifar10", "--data", "synthetic", "--epochs", "2",
                                  "--steps-per-epoch", "3", "--batch-size", "16",
                                  "--output", "/results/cifar10.json"], results, user, memlock)
-    assert code == 0, out
+    assert code == 0, out + err
     record = json.loads((results / "cifar10.json").read_text())
     assert record["workload"] == "cifar10" and record["status"] == "ok"
     assert record["replicas"] == 1 and record["global_batch_size"] == 16
     assert len(record["epoch_times_s"]) == 2 and record["examples_per_sec"] > 0
     assert record["env"]["in_container"] is True
 
-    code, out = _run(cpu_image, ["style", "--weights", "random", "--width", "64",
+    code, out, err = _run(cpu_image, ["style", "--weights", "random", "--width", "64",
                                  "--iterations", "5", "--output", "/results/style.png"],
                      results, user, memlock)
-    assert code == 0, out
+    assert code == 0, out + err
     style = json.loads((results / "style.json").read_text())
     assert style["workload"] == "style" and style["status"] == "ok"
     from PIL import Image
@@ -101,9 +104,9 @@ def test_records_belong_to_the_calling_user(cpu_image: str, memlock: int, tmp_pa
     from tfhost.runner import calling_user
 
     results = tmp_path / "mine"
-    code, out = _run(cpu_image, ["cifar10", "--epochs", "1", "--steps-per-epoch", "2",
+    code, out, err = _run(cpu_image, ["cifar10", "--epochs", "1", "--steps-per-epoch", "2",
                                  "--batch-size", "8", "--output", "/results/run.json"],
                      results, calling_user(), memlock)
-    assert code == 0, out
+    assert code == 0, out + err
     for path in (results, results / "run.json", results / "records.jsonl"):
         _owned_by(path, os.getuid(), os.getgid())

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from tests.workloads.conftest import assert_one_line_error, run_cli
+from tests.workloads.conftest import REPO, assert_one_line_error, run_cli
 from workloads.devices import Gpu, require_supported
 from workloads.errors import WorkloadError
 
@@ -19,6 +21,24 @@ def test_check_runs_the_matmul_on_the_cpu(isolated_env: dict[str, str]) -> None:
     assert report["matmul"][0]["device"] == "/CPU:0"
     assert report["matmul"][0]["max_rel_error"] < 1e-4
     assert "no GPU visible: the matmul ran on the CPU" in result.stderr
+
+
+def test_check_json_document_comes_before_the_note_in_a_merged_stream(
+        isolated_env: dict[str, str]) -> None:
+    """``check --json 2>&1``: the note follows the whole document, never lands inside it.
+
+    Block-buffered stdout, as in a container or a pipe: without an explicit flush the
+    document would only leave at exit, after (or around) the note.
+    """
+    env = {k: v for k, v in isolated_env.items() if k != "PYTHONUNBUFFERED"}
+    result = subprocess.run([sys.executable, "-m", "workloads", "check", "--json"],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout
+    text = result.stdout
+    start, end = text.index("{"), text.rindex("}") + 1
+    assert json.loads(text[start:end])["ok"] is True
+    assert text.index("no GPU visible: the matmul ran on the CPU") > end, text
 
 
 def test_require_gpu_fails_without_one(isolated_env: dict[str, str]) -> None:
