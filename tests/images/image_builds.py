@@ -177,8 +177,9 @@ def engine_memlock_limit() -> int:
 
 
 def run_once(image: str, args: list[str], entrypoint: str | None = None, **options: Any) -> str:
-    """Run a container to the end and return its output; removed with its volumes after.
+    """Run a container to the end and return its stdout; removed with its volumes after.
 
+    Stdout alone: a warning on stderr must not end up inside a value the test parses.
     (``containers.run(remove=True)`` would leave the anonymous /results volume behind.)
     """
     import docker
@@ -188,9 +189,10 @@ def run_once(image: str, args: list[str], entrypoint: str | None = None, **optio
     try:
         container.start()
         code = container.wait()["StatusCode"]
-        output = bytes(container.logs()).decode()
+        output = bytes(container.logs(stdout=True, stderr=False)).decode()
         if code != 0:
-            raise RuntimeError(f"{image} {args} exited {code}: {output[-2000:]}")
+            errors = bytes(container.logs(stdout=False, stderr=True)).decode()
+            raise RuntimeError(f"{image} {args} exited {code}: {(output + errors)[-2000:]}")
         return output
     finally:
         container.remove(force=True, v=True)
