@@ -75,7 +75,7 @@ def run_cifar10(args: argparse.Namespace) -> int:
     import numpy as np
 
     from workloads.cifar10.archive_writer import random_archive
-    from workloads.cifar10.data import md5sum
+    from workloads.cifar10.data import SHA256_ENV, sha256sum
     from workloads.cifar10.models import MODELS
     from workloads.cifar10.timing import StepTimer, steady_state
     from workloads.cifar10.train import TrainConfig, train
@@ -98,7 +98,7 @@ def run_cifar10(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         images = max(5000, args.batch_size * args.steps)
         archive = random_archive(Path(tmp) / "cifar-10-python.tar.gz", train=images)
-        os.environ["WORKLOADS_CIFAR10_MD5"] = md5sum(archive)  # our own random archive
+        os.environ[SHA256_ENV] = sha256sum(archive)  # our own random archive
         print(f"[2/3] harness, real-format archive ({images} random images, decoded + augmented)")
         results["harness_real_format"] = train(
             TrainConfig(data="cifar10", data_dir=tmp, **common), {}

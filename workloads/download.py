@@ -1,10 +1,14 @@
-"""Verified downloads: a file appears at its destination only once its MD5 matches.
+"""Verified downloads: a file appears at its destination only once its checksum matches.
 
 Why one module: the CIFAR-10 archive and the VGG19 weights are fetched the same way
 (temp file beside the target, checksum, atomic rename), and a half-written or wrong file
 in the cache must never be mistaken for a good one. This module raises the low-level
 errors; each caller words the one-line message its users need (which mirror variable,
 which file to copy where).
+
+SHA-256 is the default: MD5 collides, so it only tells a truncated file from a good one,
+never a crafted file from a good one. MD5 stays available for the VGG19 weights, whose
+publisher (Keras) gives no other digest.
 """
 
 from __future__ import annotations
@@ -15,18 +19,22 @@ import shutil
 import tempfile
 import urllib.request
 from pathlib import Path
+from typing import Literal
 
 CHUNK = 1 << 20
+Algorithm = Literal["sha256", "md5"]
+LABELS: dict[str, str] = {"sha256": "SHA-256", "md5": "MD5"}
 
 
 class ChecksumMismatch(Exception):
     """The downloaded bytes are not the expected file (truncated, or another file)."""
 
-    def __init__(self, url: str, actual: str, expected: str) -> None:
-        super().__init__(f"{url} has MD5 {actual}, expected {expected}")
+    def __init__(self, url: str, actual: str, expected: str, algorithm: Algorithm) -> None:
+        super().__init__(f"{url} has {LABELS[algorithm]} {actual}, expected {expected}")
         self.url = url
         self.actual = actual
         self.expected = expected
+        self.algorithm = algorithm
 
 
 class IncompleteDownload(OSError):
@@ -43,16 +51,28 @@ class IncompleteDownload(OSError):
         self.expected = expected
 
 
-def md5sum(path: Path) -> str:
-    """MD5 of a file, read in chunks (the archives are larger than one read should be)."""
-    digest = hashlib.md5(usedforsecurity=False)
+def file_digest(path: Path, algorithm: Algorithm) -> str:
+    """Hex digest of a file, read in chunks (the archives are larger than one read should be)."""
+    digest = hashlib.new(algorithm, usedforsecurity=algorithm != "md5")
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def fetch_verified(url: str, dest: Path, md5: str, *, timeout: float) -> Path:
+def sha256sum(path: Path) -> str:
+    """SHA-256 of a file: what every new checksum in this project uses."""
+    return file_digest(path, "sha256")
+
+
+def md5sum(path: Path) -> str:
+    """MD5 of a file: only for files whose publisher gives nothing stronger (VGG19)."""
+    return file_digest(path, "md5")
+
+
+def fetch_verified(
+    url: str, dest: Path, expected: str, *, timeout: float, algorithm: Algorithm = "sha256"
+) -> Path:
     """Download ``url`` to ``dest`` through a temp file in the same folder.
 
     Raises ``urllib.error.URLError`` or ``OSError`` (``IncompleteDownload`` for a
@@ -70,9 +90,9 @@ def fetch_verified(url: str, dest: Path, md5: str, *, timeout: float) -> Path:
             received = out.tell()
         if announced is not None and announced.isdigit() and received != int(announced):
             raise IncompleteDownload(url, received, int(announced))
-        actual = md5sum(tmp)
-        if actual != md5:
-            raise ChecksumMismatch(url, actual, md5)
+        actual = file_digest(tmp, algorithm)
+        if actual != expected.lower():
+            raise ChecksumMismatch(url, actual, expected, algorithm)
         tmp.replace(dest)
     finally:
         tmp.unlink(missing_ok=True)

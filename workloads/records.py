@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import tempfile
@@ -97,22 +98,85 @@ def _json_default(value: Any) -> Any:
 
 
 def write_record(record: Mapping[str, Any], path: Path, log: Path | None = None) -> Path:
-    """Write ``record`` atomically to ``path`` and append it to the JSON-lines ``log``.
+    """Write ``record`` atomically to ``path``, then append it to the JSON-lines ``log``.
 
-    ``log`` defaults to ``records.jsonl`` beside ``path``. The log line is one
-    ``write`` of a complete line in append mode, which POSIX keeps whole for
-    concurrent writers on a local file system.
+    ``log`` defaults to ``records.jsonl`` beside ``path``. The record file comes
+    first: once it is in place nothing measured can be lost, and a full disk can at
+    worst cost the log line, which :func:`append_line` then reports in one line.
     """
     path = Path(path)
-    atomic_write_bytes(path, to_json(record).encode())
+    try:
+        atomic_write_bytes(path, to_json(record).encode())
+    except OSError as exc:
+        raise WorkloadError(
+            f"cannot write the record {path} ({exc.strerror or exc})",
+            "free space in (or choose another) --output location and run again",
+        ) from exc
     log = Path(log) if log is not None else path.parent / LOG_NAME
     line = json.dumps(record, default=_json_default, separators=(",", ":")) + "\n"
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+        append_line(log, line.encode())
+    except OSError as exc:
+        raise WorkloadError(
+            f"the record is safe in {path}, but appending it to {log} failed "
+            f"({exc.strerror or exc}); {log} is left as it was",
+            "free space there; reports read the record file itself",
+        ) from exc
     return path
+
+
+def append_line(log: Path, line: bytes) -> None:
+    """Append one complete line to ``log``, or leave ``log`` as it was and raise ``OSError``.
+
+    Why not one ``write`` in append mode: a full disk (``ENOSPC``) or a file-size
+    limit (``EFBIG``) makes ``write`` short, and the torn line then glues itself to
+    the next record, which every reader drops with it. So, under an exclusive
+    ``flock`` (concurrent workloads share one log, also on file systems where
+    ``O_APPEND`` is not atomic): a torn last line left by an earlier writer is cut
+    off, the line is written in a loop until whole, and on failure the file is cut
+    back to where it ended.
+    """
+    if not line.endswith(b"\n") or b"\n" in line[:-1]:
+        raise ValueError("append_line takes exactly one line ending in a newline")
+    fd = os.open(log, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        end = _repair_torn_tail(fd)
+        try:
+            written = 0
+            while written < len(line):
+                written += os.pwrite(fd, line[written:], end + written)
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end)
+            raise
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+def _repair_torn_tail(fd: int) -> int:
+    """Cut a last line that has no newline (a writer killed mid-line); the new end offset.
+
+    The torn line is never a complete record (that always ends in a newline), and its
+    record file holds the whole record, so nothing readable is lost.
+    """
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    block = 1 << 16
+    end = size
+    while end > 0:
+        start = max(0, end - block)
+        chunk = os.pread(fd, end - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            os.ftruncate(fd, keep)
+            return keep
+        end = start
+    os.ftruncate(fd, 0)
+    return 0
 
 
 def read_record(path: Path) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def planar_batch(first_image: int, count: int) -> tuple[np.ndarray, list[int]]:
 def write_archive(
     path: Path, train_per_batch: int = TRAIN_PER_BATCH, test_images: int = TEST_IMAGES
 ) -> str:
-    """Write the archive; returns its MD5."""
+    """Write the archive; returns its SHA-256."""
     members: dict[str, bytes] = {}
     for b in range(1, 6):
         data, labels = planar_batch((b - 1) * train_per_batch, train_per_batch)
@@ -86,4 +86,4 @@ def write_archive(
             info = tarfile.TarInfo(name)
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
-    return hashlib.md5(path.read_bytes(), usedforsecurity=False).hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 @dataclass
 class Archive:
     path: Path
-    md5: str
+    sha256: str
 
 
 @pytest.fixture(scope="session")

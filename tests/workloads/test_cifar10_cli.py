@@ -80,7 +80,7 @@ def test_two_replicas_on_two_logical_cpus(tmp_path: Path, isolated_env: dict[str
 def test_real_format_data_reports_accuracy(
     tmp_path: Path, isolated_env: dict[str, str], cifar_archive: Archive
 ) -> None:
-    env = {**isolated_env, "WORKLOADS_CIFAR10_MD5": cifar_archive.md5}
+    env = {**isolated_env, "WORKLOADS_CIFAR10_SHA256": cifar_archive.sha256}
     out = tmp_path / "real.json"
     result = run_cli(
         [
@@ -149,13 +149,15 @@ def test_bad_input_is_one_line(args: list[str], message: str, isolated_env: dict
     assert not [p for p in results.rglob("*") if p.is_file()]  # nothing half-written
 
 
-def test_wrong_md5_and_oversized_batch(
+def test_wrong_sha256_and_oversized_batch(
     tmp_path: Path, isolated_env: dict[str, str], cifar_archive: Archive
 ) -> None:
     data_dir = ["--data", "cifar10", "--data-dir", str(cifar_archive.path.parent)]
     result = run_cli(["cifar10", *data_dir], isolated_env)
-    assert_one_line_error(result, "cifar10", "has MD5", "download cifar-10-python.tar.gz again")
-    env = {**isolated_env, "WORKLOADS_CIFAR10_MD5": cifar_archive.md5}
+    assert_one_line_error(
+        result, "cifar10", "has SHA-256", "download cifar-10-python.tar.gz again"
+    )
+    env = {**isolated_env, "WORKLOADS_CIFAR10_SHA256": cifar_archive.sha256}
     result = run_cli(["cifar10", *data_dir, "--batch-size", "64"], env)
     assert_one_line_error(result, "cifar10", "global batch 64 is larger than the 8 images")
 

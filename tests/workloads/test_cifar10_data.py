@@ -1,7 +1,10 @@
-"""The CIFAR-10 archive: decoding of the real format, MD5 checks, download, errors."""
+"""The CIFAR-10 archive: decoding of the real format, SHA-256 checks, download, errors."""
 
 from __future__ import annotations
 
+import io
+import pickle
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,14 +13,14 @@ import pytest
 
 from tests.support.loopback_http import serve_directory
 from tests.workloads.cifar_fixture import TEST_IMAGES, TRAIN_PER_BATCH, pixel
-from tests.workloads.conftest import Archive
+from tests.workloads.conftest import Archive, assert_one_line_error, run_cli
 from workloads.cifar10 import data
 from workloads.errors import WorkloadError
 
 
 @pytest.fixture
-def expect_md5(cifar_archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WORKLOADS_CIFAR10_MD5", cifar_archive.md5)
+def expect_sha256(cifar_archive: Archive, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKLOADS_CIFAR10_SHA256", cifar_archive.sha256)
 
 
 def test_decode_puts_every_byte_where_it_belongs(cifar_archive: Archive) -> None:
@@ -36,12 +39,12 @@ def test_decode_puts_every_byte_where_it_belongs(cifar_archive: Archive) -> None
     np.testing.assert_array_equal(cifar.y_test, (10_000 + np.arange(TEST_IMAGES)) % 10)
 
 
-def test_wrong_md5_is_refused(cifar_archive: Archive) -> None:
-    with pytest.raises(WorkloadError, match=r"has MD5 .* expected c58f30108f"):
+def test_wrong_sha256_is_refused(cifar_archive: Archive) -> None:
+    with pytest.raises(WorkloadError, match=r"has SHA-256 .* expected 6d958be0745778"):
         data.locate_archive(cifar_archive.path)
 
 
-def test_archive_in_data_dir_is_used(cifar_archive: Archive, expect_md5: None) -> None:
+def test_archive_in_data_dir_is_used(cifar_archive: Archive, expect_sha256: None) -> None:
     assert data.locate_archive(cifar_archive.path.parent) == cifar_archive.path
 
 
@@ -53,7 +56,7 @@ def test_missing_archive_names_the_file_and_the_url(tmp_path: Path) -> None:
 def test_corrupt_archive_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bad = tmp_path / data.ARCHIVE_NAME
     bad.write_bytes(b"\x1f\x8b not really gzip")
-    monkeypatch.setenv("WORKLOADS_CIFAR10_MD5", data.md5sum(bad))
+    monkeypatch.setenv("WORKLOADS_CIFAR10_SHA256", data.sha256sum(bad))
     with pytest.raises(WorkloadError, match="not a valid CIFAR-10 python archive"):
         data.load_archive(data.locate_archive(bad))
 
@@ -66,7 +69,7 @@ def archive_server(cifar_archive: Archive) -> Iterator[str]:
 
 
 def test_download_verifies_and_caches(
-    archive_server: str, expect_md5: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    archive_server: str, expect_sha256: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("WORKLOADS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("WORKLOADS_CIFAR10_URL", archive_server)
@@ -77,12 +80,12 @@ def test_download_verifies_and_caches(
     assert data.locate_archive(None) == path  # second call: from the cache, no network
 
 
-def test_download_with_wrong_md5_leaves_nothing(
+def test_download_with_wrong_sha256_leaves_nothing(
     archive_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("WORKLOADS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("WORKLOADS_CIFAR10_URL", archive_server)
-    with pytest.raises(WorkloadError, match="has MD5"):
+    with pytest.raises(WorkloadError, match="has SHA-256"):
         data.locate_archive(None)
     assert list((tmp_path / "cache").iterdir()) == []
 
@@ -113,3 +116,80 @@ def test_pipeline_crops_flips_and_drops_the_partial_batch(cifar_archive: Archive
     assert len(batches) == TEST_IMAGES // 3  # the partial batch of 2 is dropped
     assert batches[0][0].shape == (3, 128, 128, 3)
     np.testing.assert_array_equal(batches[0][1].numpy(), cifar.y_test[:3])
+
+
+# --- hostile archives: a batch must never run code ---------------------------------------
+
+
+def _archive_with(path: Path, batch: bytes) -> Path:
+    """An archive whose first training batch is ``batch`` (a hand-written pickle)."""
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo(data.TRAIN_MEMBERS[0])
+        info.size = len(batch)
+        tar.addfile(info, io.BytesIO(batch))
+    return path
+
+
+def _file_creating_pickle(target: Path) -> bytes:
+    """Protocol-0 pickle of ``builtins.open(target, "w")``: unpickled, it creates ``target``."""
+    return f"cbuiltins\nopen\n(V{target}\nVw\ntR.".encode()
+
+
+def test_a_pickle_that_creates_a_file_is_refused_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "pwned"
+    hostile = _archive_with(tmp_path / data.ARCHIVE_NAME, _file_creating_pickle(target))
+    monkeypatch.setenv("WORKLOADS_CIFAR10_SHA256", data.sha256sum(hostile))  # checksum passes
+    with pytest.raises(WorkloadError, match=r"is refused: a batch asks for builtins\.open"):
+        data.load_archive(data.locate_archive(hostile))
+    assert not target.exists()
+
+
+def test_hostile_archive_on_the_command_line_exits_2_with_one_line(
+    tmp_path: Path, isolated_env: dict[str, str]
+) -> None:
+    target = tmp_path / "pwned"
+    hostile = _archive_with(tmp_path / data.ARCHIVE_NAME, _file_creating_pickle(target))
+    env = {**isolated_env, "WORKLOADS_CIFAR10_SHA256": data.sha256sum(hostile)}
+    result = run_cli(
+        ["cifar10", "--data", "cifar10", "--data-dir", str(tmp_path), "--epochs", "1"], env
+    )
+    assert result.returncode == 2
+    assert_one_line_error(result, "cifar10", "builtins.open", "may run code", "download")
+    assert not target.exists()
+
+
+def test_object_arrays_are_refused(tmp_path: Path) -> None:
+    """An object array's items are pickles themselves: the dtype alone is refused."""
+    raw = pickle.dumps({b"data": np.array([b"x"], dtype=object), b"labels": [0]}, protocol=2)
+    with pytest.raises(data.RefusedPickle, match="object dtype"):
+        data.decode_batch(raw)
+
+
+def test_the_python2_numpy1_globals_of_the_real_archive_are_allowed() -> None:
+    """The real file names numpy.core.multiarray (NumPy 1); ours write numpy._core."""
+    planar = np.arange(2 * 3072, dtype=np.uint8).reshape(2, 3072)
+    raw = pickle.dumps({b"data": planar, b"labels": [3, 4]}, protocol=2)
+    numpy1 = raw.replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+    assert numpy1 != raw or b"numpy.core.multiarray" in raw
+    images, labels = data.decode_batch(numpy1)
+    assert images.shape == (2, 32, 32, 3) and labels.tolist() == [3, 4]
+    assert images[1, 0, 0, 2] == planar[1, 2048]
+
+
+def test_the_retired_md5_variable_is_refused_by_name(
+    cifar_archive: Archive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKLOADS_CIFAR10_MD5", "c58f30108f718f92721af3b95e74349a")
+    with pytest.raises(WorkloadError, match=r"WORKLOADS_CIFAR10_MD5 is no longer read.*set "
+                                            "WORKLOADS_CIFAR10_SHA256"):
+        data.locate_archive(cifar_archive.path)
+
+
+def test_an_override_that_is_not_a_sha256_is_refused(
+    cifar_archive: Archive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKLOADS_CIFAR10_SHA256", "c58f30108f718f92721af3b95e74349a")
+    with pytest.raises(WorkloadError, match="is not a SHA-256"):
+        data.locate_archive(cifar_archive.path)

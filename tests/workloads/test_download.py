@@ -11,10 +11,17 @@ from pathlib import Path
 import pytest
 
 from tests.support.loopback_http import base_url, loopback_server
-from workloads.download import ChecksumMismatch, IncompleteDownload, fetch_verified, md5sum
+from workloads.download import (
+    ChecksumMismatch,
+    IncompleteDownload,
+    fetch_verified,
+    md5sum,
+    sha256sum,
+)
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB: more than one read chunk
 PAYLOAD_MD5 = hashlib.md5(PAYLOAD, usedforsecurity=False).hexdigest()
+PAYLOAD_SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
 
 
 @pytest.fixture
@@ -42,9 +49,9 @@ def server() -> Iterator[str]:
 
 def test_verified_file_lands_at_the_destination(server: str, tmp_path: Path) -> None:
     dest = tmp_path / "cache" / "file.bin"
-    assert fetch_verified(f"{server}/good", dest, PAYLOAD_MD5, timeout=10) == dest
+    assert fetch_verified(f"{server}/good", dest, PAYLOAD_SHA256, timeout=10) == dest
     assert dest.read_bytes() == PAYLOAD
-    assert md5sum(dest) == PAYLOAD_MD5
+    assert sha256sum(dest) == PAYLOAD_SHA256
     assert sorted(p.name for p in dest.parent.iterdir()) == ["file.bin"]
 
 
@@ -52,8 +59,9 @@ def test_wrong_checksum_keeps_the_old_file_and_no_temp(server: str, tmp_path: Pa
     dest = tmp_path / "file.bin"
     dest.write_bytes(b"the user's file")
     with pytest.raises(ChecksumMismatch) as caught:
-        fetch_verified(f"{server}/good", dest, "0" * 32, timeout=10)
-    assert (caught.value.actual, caught.value.expected) == (PAYLOAD_MD5, "0" * 32)
+        fetch_verified(f"{server}/good", dest, "0" * 64, timeout=10)
+    assert (caught.value.actual, caught.value.expected) == (PAYLOAD_SHA256, "0" * 64)
+    assert "has SHA-256" in str(caught.value)
     assert dest.read_bytes() == b"the user's file"
     assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
 
@@ -61,11 +69,23 @@ def test_wrong_checksum_keeps_the_old_file_and_no_temp(server: str, tmp_path: Pa
 def test_truncated_transfer_leaves_nothing(server: str, tmp_path: Path) -> None:
     dest = tmp_path / "file.bin"
     with pytest.raises(IncompleteDownload, match=f"stopped after {len(PAYLOAD) // 2} of "):
-        fetch_verified(f"{server}/truncated", dest, PAYLOAD_MD5, timeout=10)
+        fetch_verified(f"{server}/truncated", dest, PAYLOAD_SHA256, timeout=10)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_unreachable_url_raises_urlerror_and_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(urllib.error.URLError):
-        fetch_verified("http://127.0.0.1:9/gone", tmp_path / "f", PAYLOAD_MD5, timeout=5)
+        fetch_verified("http://127.0.0.1:9/gone", tmp_path / "f", PAYLOAD_SHA256, timeout=5)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_md5_only_when_asked_and_an_md5_never_passes_as_the_default(
+    server: str, tmp_path: Path
+) -> None:
+    """VGG19's publisher gives only an MD5; everything else is checked with SHA-256."""
+    dest = tmp_path / "weights.h5"
+    with pytest.raises(ChecksumMismatch, match="has SHA-256"):
+        fetch_verified(f"{server}/good", dest, PAYLOAD_MD5, timeout=10)
+    assert not dest.exists()
+    fetch_verified(f"{server}/good", dest, PAYLOAD_MD5, timeout=10, algorithm="md5")
+    assert md5sum(dest) == PAYLOAD_MD5

@@ -51,3 +51,52 @@ def test_read_record_rejects_non_records(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text("[1, 2]")
     with pytest.raises(WorkloadError, match="not a workloads record"):
         records.read_record(tmp_path / "x.json")
+
+
+# --- a full disk: the record file is safe, the log never holds a torn line ----------------
+
+_FULL_DISK_CHILD = """
+import resource, signal, sys
+from pathlib import Path
+from workloads import records
+from workloads.errors import WorkloadError
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so write() fails with EFBIG, as on a full disk
+limit = int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+try:
+    records.write_record(records.new_record("cifar10", note="x" * 300), Path(sys.argv[1]))
+except WorkloadError as exc:
+    print(exc.one_line())
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_a_log_append_that_hits_the_size_limit_leaves_no_torn_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    log = tmp_path / records.LOG_NAME
+    earlier = json.dumps({"workload": "style", "pad": "y" * 200}) + "\n"
+    log.write_text(earlier * 10)
+    limit = log.stat().st_size + 100  # room for the record file, not for the whole log line
+    result = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK_CHILD, str(tmp_path / "run.json"), str(limit)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 and "the record is safe in" in lines[0] and "File too large" in lines[0]
+    assert json.loads((tmp_path / "run.json").read_text())["note"] == "x" * 300
+    assert log.read_text() == earlier * 10  # cut back to where it ended
+    # The next record, with room again, is read back whole: nothing glued to a torn line.
+    records.write_record(records.new_record("next"), tmp_path / "next.json")
+    assert [r["workload"] for r in records.read_log(log)] == ["style"] * 10 + ["next"]
+
+
+def test_a_torn_last_line_is_cut_before_appending(tmp_path: Path) -> None:
+    log = tmp_path / records.LOG_NAME
+    log.write_text('{"workload": "a"}\n{"workload": "b", "tru')
+    records.write_record(records.new_record("c"), tmp_path / "c.json")
+    assert [r["workload"] for r in records.read_log(log)] == ["a", "c"]
+    assert log.read_text().startswith('{"workload": "a"}\n{"schema"')

@@ -8,7 +8,7 @@ learning rate scale with the replica count.
 
 data:
   synthetic  one random batch repeated: the model alone, no input cost
-  cifar10    the official cifar-10-python.tar.gz (MD5-checked), from --data-dir,
+  cifar10    the official cifar-10-python.tar.gz (SHA-256-checked), from --data-dir,
              the cache ($WORKLOADS_CACHE, ~/.cache/workloads), or downloaded
   auto       cifar10 when the archive is cached or downloadable, else synthetic
 """

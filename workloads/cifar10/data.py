@@ -1,16 +1,25 @@
-"""CIFAR-10 input: the official archive (download, MD5, decode) and tf.data pipelines.
+"""CIFAR-10 input: the official archive (download, SHA-256, safe decode) and tf.data pipelines.
 
 The archive is Alex Krizhevsky's ``cifar-10-python.tar.gz``: five pickled
 training batches and one test batch, each a dict with ``data`` (N x 3072 uint8,
 channel-planar: 1024 red, 1024 green, 1024 blue bytes per image) and ``labels``.
-Downloads are verified against the published MD5 before use; offline hosts
+Downloads are verified against the archive's SHA-256 before use; offline hosts
 place the archive in ``--data-dir`` or the cache directory.
+
+The batches are pickles, and ``pickle.loads`` runs whatever a pickle names. The
+checksum alone is no guard (a mirror sets its own with
+``WORKLOADS_CIFAR10_SHA256``; a user points ``--data-dir`` at any file), so the
+batches are read by :class:`BatchUnpickler`, which knows only the few NumPy
+reconstruction functions that the real files name and refuses everything else.
 """
 
 from __future__ import annotations
 
+import importlib
+import io
 import os
 import pickle
+import re
 import tarfile
 import urllib.error
 from dataclasses import dataclass
@@ -19,17 +28,83 @@ from typing import Any
 
 import numpy as np
 
-from workloads.download import ChecksumMismatch, fetch_verified, md5sum
+from workloads.download import ChecksumMismatch, fetch_verified, sha256sum
 from workloads.errors import WorkloadError
 
 ARCHIVE_NAME = "cifar-10-python.tar.gz"
 ARCHIVE_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
-ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
+# The digest Keras checks for this URL (keras/src/datasets/cifar10.py, file_hash=);
+# the same archive has MD5 c58f30108f718f92721af3b95e74349a.
+ARCHIVE_SHA256 = "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
+SHA256_ENV = "WORKLOADS_CIFAR10_SHA256"
+RETIRED_MD5_ENV = "WORKLOADS_CIFAR10_MD5"
 TRAIN_MEMBERS = tuple(f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6))
 TEST_MEMBER = "cifar-10-batches-py/test_batch"
 IMAGE_SHAPE = (32, 32, 3)
 NUM_CLASSES = 10
 DOWNLOAD_TIMEOUT_S = 20
+
+
+def _numpy_reconstructor() -> Any:
+    """NumPy's own ``_reconstruct`` (NumPy 2 moved it from numpy.core to numpy._core)."""
+    try:
+        module = importlib.import_module("numpy._core.multiarray")
+    except ImportError:  # pragma: no cover - NumPy 1
+        module = importlib.import_module("numpy.core.multiarray")
+    return module._reconstruct
+
+
+_numpy_reconstruct = _numpy_reconstructor()
+
+
+class RefusedPickle(pickle.UnpicklingError):
+    """A batch asked for a global that no CIFAR-10 batch uses: it may be an attack."""
+
+
+def _plain_dtype(*args: Any) -> np.dtype[Any]:
+    """``numpy.dtype`` for the unpickler, refusing object dtypes (their items are pickles)."""
+    dtype = np.dtype(*args)
+    if dtype.hasobject:
+        raise RefusedPickle(f"a batch asks for the object dtype {dtype}")
+    return dtype
+
+
+def _reconstruct(subtype: Any, *args: Any) -> np.ndarray:
+    """NumPy's array reconstructor, for plain ``ndarray`` only (no subclass code runs)."""
+    if subtype is not np.ndarray:
+        raise RefusedPickle(f"a batch asks to build a {subtype!r}, not a numpy.ndarray")
+    array: np.ndarray = _numpy_reconstruct(np.ndarray, *args)
+    return array
+
+
+# (module, name) -> what it loads as. The real archive (pickled by Python 2 with
+# NumPy 1) names numpy.core.multiarray._reconstruct, numpy.ndarray and numpy.dtype;
+# NumPy 2 writes numpy._core for the same function, and Python 3's protocol 2
+# writes byte strings through _codecs.encode (our fixtures and archive_writer).
+_ALLOWED: dict[tuple[str, str], Any] = {
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): _plain_dtype,
+    ("_codecs", "encode"): lambda text, encoding="utf-8": str(text).encode(encoding),
+}
+
+
+class BatchUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only the globals a CIFAR-10 batch is made of."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return _ALLOWED[(module, name)]
+        except KeyError:
+            raise RefusedPickle(
+                f"a batch asks for {module}.{name}, which no CIFAR-10 batch uses"
+            ) from None
+
+
+def unpickle_batch(raw: bytes) -> Any:
+    """``pickle.loads(raw, encoding="bytes")`` through :class:`BatchUnpickler`."""
+    return BatchUnpickler(io.BytesIO(raw), encoding="bytes").load()
 
 
 @dataclass(frozen=True)
@@ -52,15 +127,31 @@ def archive_url() -> str:
     return os.environ.get("WORKLOADS_CIFAR10_URL", ARCHIVE_URL)
 
 
-def archive_md5() -> str:
-    """The expected MD5; a mirror with a repacked archive sets ``WORKLOADS_CIFAR10_MD5``."""
-    return os.environ.get("WORKLOADS_CIFAR10_MD5", ARCHIVE_MD5)
+def archive_sha256() -> str:
+    """The expected SHA-256; a mirror with a repacked archive sets ``WORKLOADS_CIFAR10_SHA256``.
+
+    The MD5 override this replaced is refused rather than ignored, so a mirror set
+    up for it fails with a line that names the new variable instead of a mismatch.
+    """
+    if os.environ.get(RETIRED_MD5_ENV):
+        raise WorkloadError(
+            f"{RETIRED_MD5_ENV} is no longer read (MD5 collides, so it proves nothing)",
+            f"set {SHA256_ENV} to the archive's SHA-256 ('sha256sum {ARCHIVE_NAME}') "
+            f"and unset {RETIRED_MD5_ENV}",
+        )
+    value = os.environ.get(SHA256_ENV) or ARCHIVE_SHA256
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+        raise WorkloadError(
+            f"{SHA256_ENV}={value!r} is not a SHA-256 (64 hex digits)",
+            f"set it to the output of 'sha256sum {ARCHIVE_NAME}', or unset it",
+        )
+    return value.lower()
 
 
 def locate_archive(data_dir: Path | None, *, download: bool = True) -> Path:
     """Find the archive in ``data_dir`` or the cache, else download it into the cache.
 
-    A file that is present but has the wrong MD5 is an error, never silently used
+    A file that is present but has the wrong SHA-256 is an error, never silently used
     or overwritten: it is the user's file, and the message says how to fix it.
     """
     if data_dir is not None:
@@ -84,22 +175,25 @@ def locate_archive(data_dir: Path | None, *, download: bool = True) -> Path:
 
 
 def verify(path: Path) -> None:
-    actual = md5sum(path)
-    if actual != archive_md5():
+    """Compare the archive's SHA-256 with the expected one (before any byte is unpickled)."""
+    expected = archive_sha256()
+    actual = sha256sum(path)
+    if actual != expected:
         raise WorkloadError(
-            f"{path} has MD5 {actual}, expected {archive_md5()} (corrupt or wrong file)",
+            f"{path} has SHA-256 {actual}, expected {expected} (corrupt or wrong file)",
             f"delete it and download {ARCHIVE_NAME} again",
         )
 
 
 def fetch(url: str, dest: Path) -> Path:
-    """Download ``url`` to ``dest``; the archive appears only once its MD5 is right."""
+    """Download ``url`` to ``dest``; the archive appears only once its SHA-256 is right."""
+    expected = archive_sha256()
     try:
-        return fetch_verified(url, dest, archive_md5(), timeout=DOWNLOAD_TIMEOUT_S)
+        return fetch_verified(url, dest, expected, timeout=DOWNLOAD_TIMEOUT_S)
     except ChecksumMismatch as exc:
         raise WorkloadError(
-            f"the archive downloaded from {url} has MD5 {exc.actual}, expected {exc.expected}",
-            "check the mirror (WORKLOADS_CIFAR10_URL, WORKLOADS_CIFAR10_MD5) "
+            f"the archive downloaded from {url} has SHA-256 {exc.actual}, expected {exc.expected}",
+            f"check the mirror (WORKLOADS_CIFAR10_URL, {SHA256_ENV}) "
             f"or place {ARCHIVE_NAME} in {dest.parent} by hand",
         ) from exc
     except (urllib.error.URLError, OSError) as exc:
@@ -112,7 +206,7 @@ def fetch(url: str, dest: Path) -> Path:
 
 def decode_batch(raw: bytes | Any) -> tuple[np.ndarray, np.ndarray]:
     """Decode one pickled batch into (N, 32, 32, 3) uint8 images and int32 labels."""
-    batch = pickle.loads(raw, encoding="bytes") if isinstance(raw, bytes) else raw
+    batch = unpickle_batch(raw) if isinstance(raw, bytes) else raw
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
         raise ValueError("not a CIFAR-10 batch (no data/labels keys)")
     data = np.asarray(batch[b"data"], dtype=np.uint8)
@@ -133,6 +227,11 @@ def load_archive(path: Path) -> Cifar10:
                 if fh is None:
                     raise KeyError(member)
                 parts[member] = decode_batch(fh.read())
+    except RefusedPickle as exc:
+        raise WorkloadError(
+            f"{path} is refused: {exc}, so it may run code when read",
+            f"delete it and download {ARCHIVE_NAME} from {ARCHIVE_URL} again",
+        ) from exc
     except (tarfile.TarError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as exc:
         raise WorkloadError(
             f"{path} is not a valid CIFAR-10 python archive ({exc})",

@@ -6,6 +6,12 @@ tasks per node) and builds the cluster spec: one worker per task, ports
 ``port_base + local task index`` on each node. With GPUs it also sets
 ``CUDA_VISIBLE_DEVICES`` per task, which must happen before TensorFlow
 initialises its devices, so the resolver is built first.
+
+Security: the cluster spec names only the job's nodes and ports, but TensorFlow's
+gRPC server is unauthenticated and binds every interface (``[::]:port``) whatever
+the spec says; TensorFlow offers no bind address to set. Jobs must run on a
+trusted cluster network with the port range (20000-39999) firewalled to the
+cluster (scripts/slurm/README.md; tests/slurm/test_worker_addresses.py).
 """
 
 from __future__ import annotations

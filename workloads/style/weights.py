@@ -125,7 +125,9 @@ def download(url: str, target: Path) -> Path:
             "set WORKLOADS_CACHE to a writable directory",
         ) from exc
     try:
-        return fetch_verified(url, target, weights_md5(), timeout=DOWNLOAD_TIMEOUT_S)
+        return fetch_verified(
+            url, target, weights_md5(), timeout=DOWNLOAD_TIMEOUT_S, algorithm="md5"
+        )
     except ChecksumMismatch as exc:
         raise WorkloadError(
             f"the file downloaded from {url} has MD5 {exc.actual}, expected {exc.expected}",

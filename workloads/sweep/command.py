@@ -30,6 +30,7 @@ backends:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -167,6 +168,13 @@ def sweep_directory(given: Path | None, spec_path: Path) -> Path:
     directory = Path(given).expanduser()
     if directory.exists() and not directory.is_dir():
         raise WorkloadError(f"--dir {directory} is a file", "give a directory for the sweep")
+    if not directory.exists():
+        # Created private to writers whatever the umask (002 on many systems): the
+        # database is only ever read from a directory nobody else may write.
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another process was first: checked on read
+            directory.mkdir(mode=0o755)
+            directory.chmod(0o755)
     ensure_writable(directory / "database.pk")
     return directory
 

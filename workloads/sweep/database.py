@@ -5,11 +5,19 @@ with ``psweep.df_read``), so psweep's tools and any pandas user can open it. Wha
 differs from ``psweep.run``: a row is added the moment its run ends, under a file
 lock (several SLURM array tasks may finish at once), and the file is replaced
 atomically, so a kill at any instant leaves the previous complete database.
+
+Reading a pickle runs whatever it names, so the database is trusted input: it is
+read only when it and its sweep directory are owned by the user running the
+command and writable by nobody else (:func:`check_trusted`). Anyone who may
+replace ``database.pk`` could otherwise run code as whoever next resumes or
+reports the sweep.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,11 +25,55 @@ from typing import Any
 import pandas as pd
 import psweep as ps
 
+from workloads.errors import WorkloadError
 from workloads.records import atomic_write_bytes
 from workloads.sweep.lock import DATABASE_LOCK, exclusive
 
 DATABASE = "database.pk"
 SPEC_COPY = "sweep.yaml"  # the spec as last run, normalised: the report reads its axes
+
+
+class DatabaseWriteError(WorkloadError):
+    """Adding a row failed (``ENOSPC``, ``EIO``...): the database is as it was before.
+
+    A ``WorkloadError`` (one line, exit 2) wherever nobody catches it; the sweep loop
+    catches it to keep the row and try again while its other runs go on.
+    """
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        self.reason = exc.strerror or str(exc)
+        super().__init__(
+            f"cannot write {path} ({self.reason}); the finished runs' records are in their "
+            "run directories",
+            "free space (or fix the disk) and run the sweep again: finished runs are "
+            "adopted from their records, the others run",
+        )
+
+
+def check_trusted(path: Path) -> None:
+    """Refuse ``path`` unless this user owns it and neither group nor others may write it.
+
+    ``os.stat`` follows symbolic links on purpose: what counts is the file or
+    directory that would be read. Called before every read of the database.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    kind = "sweep directory" if stat.S_ISDIR(info.st_mode) else "sweep database"
+    if info.st_uid != os.geteuid():
+        raise WorkloadError(
+            f"{kind} {path} is owned by uid {info.st_uid}, not by you (uid {os.geteuid()}): "
+            "reading its pickle could run that user's code",
+            "copy the sweep into a directory of your own ('cp -r'), or run as its owner",
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "others" if info.st_mode & stat.S_IWOTH else "its group"
+        raise WorkloadError(
+            f"{kind} {path} is writable by {who} (mode {stat.S_IMODE(info.st_mode):o}): "
+            "whoever can replace it could run code through its pickle",
+            f"run 'chmod go-w {path}' if you trust its contents",
+        )
 
 
 class SweepDatabase:
@@ -33,7 +85,12 @@ class SweepDatabase:
         self._lock = self.directory / DATABASE_LOCK
 
     def read(self) -> pd.DataFrame:
-        """The whole database; an empty frame before the first run has ended."""
+        """The whole database; an empty frame before the first run has ended.
+
+        The directory and the file are checked first (:func:`check_trusted`).
+        """
+        check_trusted(self.directory)
+        check_trusted(self.path)
         if not self.path.exists():
             return pd.DataFrame(dtype=object)
         return ps.df_read(str(self.path))
@@ -51,7 +108,17 @@ class SweepDatabase:
         return 0 if df.empty else int(pd.to_numeric(df["_run_seq"]).max()) + 1
 
     def add(self, row: Mapping[str, Any]) -> None:
-        """Add one run's row (replacing an earlier row of the same pset) and save at once."""
+        """Add one run's row (replacing an earlier row of the same pset) and save at once.
+
+        An ``OSError`` (a full disk, an I/O error) becomes :class:`DatabaseWriteError`;
+        the file on disk is then the previous complete database.
+        """
+        try:
+            self._add(row)
+        except OSError as exc:
+            raise DatabaseWriteError(self.path, exc) from exc
+
+    def _add(self, row: Mapping[str, Any]) -> None:
         with exclusive(self._lock):
             df = self.read()
             new = dict(row)

@@ -1,4 +1,4 @@
-"""File locks: one sweep per directory, and one writer of the database at a time.
+"""File locks: one sweep per directory, one writer of the database, one process per run.
 
 Both use ``flock``, which the kernel drops when the holder dies: a sweep killed
 with SIGKILL or lost in a reboot leaves no stale lock to clean up by hand.
@@ -19,6 +19,11 @@ from workloads.records import utc_now
 
 SWEEP_LOCK = ".sweep.lock"
 DATABASE_LOCK = ".database.lock"
+RUN_LOCK = ".run.lock"  # in each run directory: held by the process running it
+
+
+class RunBusy(WorkloadError):
+    """Another process (a requeued array task, a second submission) holds the run's claim."""
 
 
 @contextlib.contextmanager
@@ -60,3 +65,33 @@ def _holder(path: Path) -> str:
         return f"pid {info['pid']} on {info['host']}, started {info['started_at']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "holder unknown"
+
+
+def claim_run(directory: Path) -> int:
+    """Claim a run directory for this process: the locked fd of ``<directory>/.run.lock``.
+
+    Why: an array task that SLURM requeues, or an array submitted twice by hand,
+    can start a run whose earlier attempt still lives (a node that lost contact,
+    a task being cancelled). Clearing or reusing the directory then would delete
+    or mix that run's files. The claim is taken before anything in the directory
+    is touched; the caller keeps the fd open for the run's whole life (and hands
+    it to the run process), and the kernel drops it when both have exited.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / RUN_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RunBusy(
+            f"run {directory.name} is still live in another process ({_holder(path)})",
+            "leave it to finish (its row lands in the database), or stop that process first",
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    info = {"pid": os.getpid(), "host": platform.node(), "started_at": utc_now()}
+    os.pwrite(fd, json.dumps(info).encode(), 0)
+    return fd

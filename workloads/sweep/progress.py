@@ -100,6 +100,10 @@ class SweepProgress:
     def tick(self) -> None:
         self._update()
 
+    def note(self, text: str) -> None:
+        """A line about the sweep itself (a failed database write), not about one run."""
+        self._progress.console.log(text, style="yellow", markup=False)
+
     def _update(self) -> None:
         counts = f"done {self.done}  failed {self.failed}  left {self.left}"
         self._progress.update(

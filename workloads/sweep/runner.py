@@ -29,6 +29,7 @@ import pandas as pd
 
 from workloads.errors import OutOfMemory
 from workloads.sweep.expand import Pset
+from workloads.sweep.lock import RUN_LOCK, claim_run
 from workloads.sweep.slots import Slot
 from workloads.sweep.workload import Workload
 
@@ -61,6 +62,7 @@ class Running:
     log: TextIO
     deadline: float | None = None
     timed_out: bool = False
+    claim: int | None = None  # fd holding the run directory's lock (lock.claim_run)
 
 
 def run_dir(directory: Path, pset: Pset) -> Path:
@@ -83,28 +85,60 @@ def _die_with_parent(parent: int) -> None:
 
 
 def start(ctx: RunContext, pset: Pset, slot: Slot, timeout: float | None = None) -> Running:
-    """Clear the run's directory (a leftover of an interrupted attempt) and launch it."""
+    """Claim the run's directory, clear it (a leftover of an interrupted attempt), launch it.
+
+    Raises :class:`RunBusy`, touching nothing, when another process holds the claim.
+    """
     directory = run_dir(ctx.directory, pset)
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    output = directory / ctx.workload.output_name
-    argv = ctx.workload.command(pset.params, str(output))
-    log = open(directory / LOG_NAME, "w")  # noqa: SIM115 - closed in finish()
+    claim = claim_run(directory)
+    try:
+        _clear(directory)
+        output = directory / ctx.workload.output_name
+        argv = ctx.workload.command(pset.params, str(output))
+        log = open(directory / LOG_NAME, "w")  # noqa: SIM115 - closed in finish()
+    except BaseException:
+        os.close(claim)
+        raise
     log.write("$ " + " ".join(argv) + "\n")
     log.flush()
     parent = os.getpid()
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=slot.environ(os.environ),
-        start_new_session=True,
-        preexec_fn=lambda: _die_with_parent(parent),  # safe: the sweep runs one thread
-    )
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=slot.environ(os.environ),
+            start_new_session=True,
+            pass_fds=(claim,),  # the run holds its claim too, for as long as it lives
+            preexec_fn=lambda: _die_with_parent(parent),  # safe: the sweep runs one thread
+        )
+    except BaseException:
+        log.close()
+        os.close(claim)
+        raise
     now = time.time()
-    return Running(pset, slot, process, now, log, deadline=now + timeout if timeout else None)
+    deadline = now + timeout if timeout else None
+    return Running(pset, slot, process, now, log, deadline=deadline, claim=claim)
+
+
+def _clear(directory: Path) -> None:
+    """Remove everything in a claimed run directory but the claim itself."""
+    for entry in directory.iterdir():
+        if entry.name == RUN_LOCK:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def release(running: Running) -> None:
+    """Close the run's log and drop this process's hold on its claim (idempotent)."""
+    running.log.close()
+    if running.claim is not None:
+        os.close(running.claim)
+        running.claim = None
 
 
 def stop(running: Running, grace: float = 10.0) -> None:
@@ -115,12 +149,12 @@ def stop(running: Running, grace: float = 10.0) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             running.process.wait(wait)
             break
-    running.log.close()
+    release(running)
 
 
 def finish(ctx: RunContext, running: Running) -> dict[str, Any]:
     """The database row of an ended run: parameters, psweep fields, outcome, results."""
-    running.log.close()
+    release(running)
     code = running.process.returncode
     ended = time.time()
     directory = run_dir(ctx.directory, running.pset)

@@ -5,21 +5,31 @@ nothing, and a single thread keeps ``preexec_fn`` safe and the database writes
 in order. Slots form a FIFO queue; a slot returns to it the moment its run ends,
 so long and short runs balance themselves (``multiprocessing.Pool.map``, which
 psweep uses, deals out fixed chunks up front instead).
+
+A database write that fails (a full disk, an I/O error) stops nothing that is
+running: the row stays in memory and is written again at every poll; meanwhile
+no new run starts (it would need the same disk). Once the runs in flight have
+ended, the writes are tried for ``WORKLOADS_SWEEP_DB_RETRY_S`` more seconds (time
+to free some space); if they still fail the sweep ends with one line and exit 2,
+and the next sweep adopts the finished runs from their records.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from workloads.sweep.database import SweepDatabase
+from workloads.sweep.database import DatabaseWriteError, SweepDatabase
 from workloads.sweep.expand import Pset
+from workloads.sweep.lock import RunBusy
 from workloads.sweep.runner import RunContext, Running, finish, start, stop
 from workloads.sweep.slots import Slot
 
 POLL_SECONDS = 0.25
+DB_RETRY_SECONDS = 60.0  # after the last run ended: time to free space before giving up
 
 
 class Observer(Protocol):
@@ -30,6 +40,8 @@ class Observer(Protocol):
     def run_ended(self, row: dict[str, Any]) -> None: ...
 
     def tick(self) -> None: ...
+
+    def note(self, text: str) -> None: ...
 
 
 def execute(
@@ -43,16 +55,25 @@ def execute(
     """Run every pset of ``todo``; each row is in the database before the next run starts.
 
     On an interrupt (Ctrl-C, SIGTERM turned into KeyboardInterrupt) the runs in
-    flight are stopped and not recorded, so the next sweep runs them again.
+    flight are stopped and not recorded, so the next sweep runs them again. Raises
+    :class:`DatabaseWriteError` at the end when rows could not be written (above).
     """
     free = deque(slots)
     pending = deque(todo)
     running: list[Running] = []
     rows: list[dict[str, Any]] = []
+    unsaved = _Unsaved(database, observer)
     try:
         while pending or running:
-            while pending and free:
-                run = start(ctx, pending.popleft(), free.popleft(), run_timeout)
+            if unsaved and not running:
+                unsaved.finish()  # nothing in flight: wait for the disk, or give up
+            while pending and free and not unsaved:
+                try:
+                    run = start(ctx, pending.popleft(), free[0], run_timeout)
+                except RunBusy as exc:  # a requeued array task still runs it: leave it be
+                    observer.note(f"{exc.one_line()}; not run by this sweep")
+                    continue
+                free.popleft()
                 running.append(run)
                 observer.run_started(run)
             time.sleep(POLL_SECONDS)
@@ -64,12 +85,67 @@ def execute(
                     stop(run)
                 running.remove(run)
                 row = finish(ctx, run)
-                database.add(row)
+                unsaved.add(row)
                 rows.append(row)
                 free.append(run.slot)
                 observer.run_ended(row)
+            unsaved.flush()
             observer.tick()
+        unsaved.finish()
     finally:
         for run in running:
             stop(run, grace=5.0)
     return rows
+
+
+class _Unsaved:
+    """Rows whose database write failed, kept in order and written again on every flush."""
+
+    def __init__(self, database: SweepDatabase, observer: Observer) -> None:
+        self.database = database
+        self.observer = observer
+        self.rows: list[dict[str, Any]] = []
+        self.error: DatabaseWriteError | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        self.flush()
+
+    def flush(self) -> bool:
+        """Write what is kept; True when nothing is left unsaved."""
+        while self.rows:
+            try:
+                self.database.add(self.rows[0])
+            except DatabaseWriteError as exc:
+                if self.error is None or exc.reason != self.error.reason:
+                    self.observer.note(
+                        f"cannot write {self.database.path} ({exc.reason}): keeping "
+                        f"{len(self.rows)} row(s) in memory and trying again; runs in flight "
+                        "go on, no new run starts"
+                    )
+                self.error = exc
+                return False
+            self.rows.pop(0)
+            if not self.rows and self.error is not None:
+                self.observer.note(f"{self.database.path} written again: the sweep goes on")
+                self.error = None
+        return True
+
+    def finish(self) -> None:
+        """No run is left in flight: retry for a while, then give up with one line."""
+        deadline = time.monotonic() + _retry_seconds()
+        while not self.flush():
+            if time.monotonic() >= deadline:
+                assert self.error is not None
+                raise self.error
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def _retry_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ["WORKLOADS_SWEEP_DB_RETRY_S"]))
+    except (KeyError, ValueError):
+        return DB_RETRY_SECONDS

@@ -29,6 +29,7 @@ from workloads.sweep.progress import SweepProgress, console, format_duration, su
 from workloads.sweep.runner import RunContext, adopt, finish, start, stop
 from workloads.sweep.scheduler import execute
 from workloads.sweep.slots import Slot, describe
+from workloads.sweep.slurm_queue import refuse_if_array_queued, task_fields, task_slot
 from workloads.sweep.spec import SweepSpec
 from workloads.sweep.throughput import by_invocation
 from workloads.sweep.workload import BUILTIN_METRICS
@@ -79,8 +80,6 @@ def run_sweep(
     run_timeout: float | None,
 ) -> int:
     """Run what is left of the plan on ``slots``; 0 when every run of the plan succeeded."""
-    from workloads.sweep.slurm import refuse_if_array_queued
-
     out = console()
     varied = list(spec.vary)
     with sweep_lock(directory):
@@ -186,8 +185,6 @@ def run_one(
     Stopped (SIGTERM from ``scancel``, Ctrl-C), it stops its run and adds no row:
     the next submission runs it again.
     """
-    from workloads.sweep.slurm import task_fields, task_slot
-
     pset = find(plan, key)
     database, ctx = prepare(spec, directory, workers=_env_int("WORKLOADS_SWEEP_WORKERS") or 1)
     out = console()

@@ -21,14 +21,13 @@ while an array of the same directory is still queued or running.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
+import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,17 +38,28 @@ from workloads.sweep.database import SweepDatabase
 from workloads.sweep.expand import Pset
 from workloads.sweep.lock import sweep_lock
 from workloads.sweep.progress import SweepProgress, console
-from workloads.sweep.slots import Slot
+from workloads.sweep.session import prepare, remaining, summarise
+from workloads.sweep.slurm_queue import (
+    SLURM_DIR,
+    SUBMISSIONS,
+    job_name,
+    last_line,
+    refuse_if_array_queued,
+    run_slurm,
+)
 from workloads.sweep.spec import SweepSpec
 
-SLURM_DIR = "slurm"
 SCRIPT = "array.sbatch"
 PSETS = "psets.txt"  # array task N runs the pset id on line N + 1
-SUBMISSIONS = "submissions.jsonl"
-JOB_PREFIX = "wsweep-"
 DEFAULT_GRES = "gpu:1"
 POLL_SECONDS = 2.0  # squeue while waiting: light on slurmctld, a short delay after the end
 SQUEUE_RETRIES = 5  # consecutive squeue failures (a busy slurmctld times out) before giving up
+# Every value pasted into the batch script is checked: a newline (or any control
+# character) in a spec path, --gres or --sbatch-arg would end the #SBATCH or comment
+# line it sits in and start a shell command of the attacker's choosing.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_GRES = re.compile(r"[A-Za-z0-9_.:,+/-]+")  # gpu:1, gpu:a100:2, gpu:1,shard:2
+_SBATCH_PATH_BAD = re.compile(r"[\s\"'\\]")  # #SBATCH lines are split by sbatch, unquoted
 # sbatch options the backend sets itself: the array, the name it finds the array by, the mode
 _OWN_LONG = ("--array", "--job-name", "--parsable", "--wait")
 _OWN_SHORT = ("-a", "-J", "-W")
@@ -69,22 +79,59 @@ class ArrayOptions:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ArrayOptions:
         gres = DEFAULT_GRES if args.gres is None else args.gres.strip()
+        if args.launcher is not None:
+            check_script_value("--launcher", args.launcher)
         launcher = tuple(shlex.split(args.launcher)) if args.launcher is not None else None
         if launcher == ():
             raise WorkloadError("--launcher is empty", "give a command, e.g. 'python3'")
         return cls(
             sbatch_args=tuple(check_sbatch_args(args.sbatch_arg)),
             parallel=args.array_parallel,
-            gres=None if gres.lower() in ("", "none") else gres,
+            gres=None if gres.lower() in ("", "none") else check_gres(gres),
             launcher=launcher or (sys.executable,),
             wait=args.wait,
             run_timeout=args.run_timeout,
         )
 
 
+def check_script_value(what: str, value: str) -> str:
+    """``value`` unless it holds a control character, which could break out of its line."""
+    if _CONTROL.search(value):
+        raise WorkloadError(
+            f"{what} {value!r} holds a control character (a newline, tab...), which would "
+            "end its line of the generated batch script",
+            f"give {what} without control characters",
+        )
+    return value
+
+
+def check_gres(gres: str) -> str:
+    """``--gres``: a generic resource list such as ``gpu:1`` or ``gpu:a100:2``, nothing else."""
+    check_script_value("--gres", gres)
+    if not _GRES.fullmatch(gres):
+        raise WorkloadError(
+            f"--gres {gres!r} is not a generic resource list",
+            "write it as sbatch does, e.g. --gres gpu:1 or --gres gpu:a100:2 (or none)",
+        )
+    return gres
+
+
+def check_sbatch_path(what: str, path: Path) -> str:
+    """A path that goes into an ``#SBATCH`` line, which sbatch splits without shell quoting."""
+    text = check_script_value(what, str(path))
+    if _SBATCH_PATH_BAD.search(text):
+        raise WorkloadError(
+            f"{what} {text} contains white space, a quote or a backslash, which #SBATCH "
+            "lines cannot hold",
+            "use a --dir (and working directory) without them",
+        )
+    return text
+
+
 def check_sbatch_args(args: Sequence[str]) -> list[str]:
     """``--sbatch-arg`` values: anything sbatch takes except what the backend sets itself."""
     for arg in args:
+        check_script_value("--sbatch-arg", arg)
         name = arg.split("=", 1)[0].split()[0] if arg.strip() else ""
         own = name in _OWN_LONG or (not arg.startswith("--") and arg[:2] in _OWN_SHORT)
         if own:
@@ -100,12 +147,6 @@ def check_sbatch_args(args: Sequence[str]) -> list[str]:
     return list(args)
 
 
-def job_name(directory: Path) -> str:
-    """The array's name, the same for every submission of one sweep directory."""
-    digest = hashlib.sha256(str(Path(directory).resolve()).encode()).hexdigest()
-    return JOB_PREFIX + digest[:10]
-
-
 def require_slurm() -> None:
     """The SLURM client commands this backend calls, or one line saying how to get them."""
     missing = [tool for tool in ("sbatch", "squeue") if shutil.which(tool) is None]
@@ -113,46 +154,6 @@ def require_slurm() -> None:
         raise WorkloadError(
             f"--backend slurm needs {missing[0]}, which is not on PATH",
             "run on a SLURM login node (e.g. 'module load slurm' first), or use --backend local",
-        )
-
-
-def _slurm(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
-
-
-def _one_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"
-
-
-def queued_arrays(name: str) -> list[str]:
-    """Ids of this user's jobs named ``name`` still pending, running or completing."""
-    result = _slurm(["squeue", "--me", "--noheader", "--format=%i", f"--name={name}"])
-    if result.returncode != 0:
-        raise WorkloadError(
-            f"squeue failed: {_one_line(result.stderr)}",
-            "check that this host reaches the SLURM controller ('sinfo'), or set SLURM_CONF",
-        )
-    return sorted({line.split("_")[0] for line in result.stdout.split() if line})
-
-
-def refuse_if_array_queued(directory: Path) -> None:
-    """Refuse to start runs of ``directory`` while an array of it is queued or running.
-
-    Only a directory that was ever submitted asks SLURM: local sweeps elsewhere
-    never depend on a reachable controller.
-    """
-    if not (Path(directory) / SLURM_DIR / SUBMISSIONS).exists():
-        return
-    if shutil.which("squeue") is None:
-        return
-    name = job_name(directory)
-    jobs = queued_arrays(name)
-    if jobs:
-        raise WorkloadError(
-            f"SLURM array job {jobs[0]} ({name}) of {directory} is still queued or running",
-            f"wait for it ('squeue --me --name={name}'), or cancel it ('scancel {jobs[0]}') "
-            "and run this command again",
         )
 
 
@@ -186,6 +187,7 @@ class ArrayJob:
 
     def script(self) -> str:
         """The sbatch script: #SBATCH lines, the invocation's variables, the task's run."""
+        self.check()
         last = len(self.todo) - 1
         throttle = f"%{self.options.parallel}" if self.options.parallel else ""
         directives = [
@@ -208,7 +210,8 @@ class ArrayJob:
         lines = [
             "#!/bin/bash",
             f"# Written by 'workloads sweep --backend slurm' at {utc_now()}:",
-            f"# one array task is one run of {self.spec.path} in {self.directory.resolve()}.",
+            f"# one array task is one run of {q(str(self.spec.path))} in "
+            f"{q(str(self.directory.resolve()))}.",
             f"# Task N runs the pset id on line N+1 of {PSETS} with 'workloads sweep --run-one',",
             "# which adds its row to the sweep's database.pk. A task whose run already has its",
             "# row exits 0 at once: requeueing a task or submitting this file again is harmless.",
@@ -233,14 +236,23 @@ class ArrayJob:
         ]
         return "\n".join(lines) + "\n"
 
+    def check(self) -> None:
+        """Refuse any value that could break out of its line of :meth:`script`."""
+        check_sbatch_path("--dir", self.directory.resolve())
+        check_sbatch_path("the working directory", self.workdir.resolve())
+        check_script_value("the spec path", str(self.spec.path.resolve()))
+        check_script_value("the run id", self.run_id)
+        if self.options.gres:
+            check_gres(self.options.gres)
+        check_sbatch_args(self.options.sbatch_args)
+        for part in self.options.launcher:
+            check_script_value("--launcher", part)
+        for pset in self.todo:
+            check_script_value("the pset id", pset.pset_id)
+
     def write(self) -> Path:
         """``slurm/psets.txt`` and ``slurm/array.sbatch``; the script's path."""
-        for path in (self.directory, self.workdir):
-            if any(ch.isspace() for ch in str(path.resolve())):
-                raise WorkloadError(
-                    f"{path.resolve()} contains white space, which #SBATCH lines cannot hold",
-                    "use a --dir (and working directory) without spaces",
-                )
+        self.check()
         self.folder.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(self.folder / PSETS, "".join(f"{p.pset_id}\n" for p in self.todo)
                            .encode())
@@ -252,10 +264,10 @@ class ArrayJob:
     def submit(self) -> str:
         """Write the files, ``sbatch --parsable`` the script; the array's job id."""
         script = self.write()
-        result = _slurm(["sbatch", "--parsable", str(script)])
+        result = run_slurm(["sbatch", "--parsable", str(script)])
         if result.returncode != 0:
             raise WorkloadError(
-                f"sbatch refused the array: {_one_line(result.stderr)}",
+                f"sbatch refused the array: {last_line(result.stderr)}",
                 f"fix the --sbatch-arg/--gres options (script: {script}) and run again",
             )
         job_id = result.stdout.strip().split(";")[0]
@@ -280,8 +292,6 @@ def submit_sweep(
     retry_failed: bool,
 ) -> int:
     """Submit the runs left as one array; with ``--wait``, wait and summarise like a local sweep."""
-    from workloads.sweep.session import prepare, remaining, summarise
-
     require_slurm()
     out = console()
     with sweep_lock(directory):  # no local sweep, and no second submission, meanwhile
@@ -322,12 +332,12 @@ def wait_for_array(
     failures = 0
     with SweepProgress(job.todo, varied, console()) as progress:
         while True:
-            result = _slurm(["squeue", "--noheader", "--format=%i", f"--jobs={job_id}"])
+            result = run_slurm(["squeue", "--noheader", "--format=%i", f"--jobs={job_id}"])
             gone = "Invalid job id" in result.stderr  # purged after MinJobAge
             failures = 0 if result.returncode == 0 or gone else failures + 1
             if failures >= SQUEUE_RETRIES:
                 raise WorkloadError(
-                    f"squeue failed {failures} times in a row: {_one_line(result.stderr)}",
+                    f"squeue failed {failures} times in a row: {last_line(result.stderr)}",
                     f"the array goes on; check it with 'squeue --jobs={job_id}'",
                 )
             queued = result.returncode == 0 and bool(result.stdout.strip())
@@ -358,20 +368,3 @@ def report_missing(job: ArrayJob, job_id: str, database: SweepDatabase) -> None:
                   f" and 'sacct -j {job_id}_{task}'; running this command again resubmits it")
     if len(missing) > 10:
         out.print(f"... and {len(missing) - 10} more without a row")
-
-
-def task_slot(environ: Mapping[str, str]) -> Slot:
-    """The slot of a ``--run-one`` task: the devices it was given, labelled for the row."""
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    label = "inherited" if visible is None else f"GPU {visible}" if visible else "CPU"
-    return Slot(index=0, label=label, visible=None, shared_by=1)
-
-
-def task_fields(environ: Mapping[str, str]) -> dict[str, Any]:
-    """``_slurm_job`` (``JOB_TASK``, as in the log's name) for a row written by an array task."""
-    array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
-    if array and task:
-        return {"_slurm_job": f"{array}_{task}"}
-    if job := environ.get("SLURM_JOB_ID"):
-        return {"_slurm_job": job}
-    return {}
