@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--color", choices=("red", "green", "blue"), default="red")
     parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1])
     parser.add_argument("--flag", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--tokens", type=Path, default=None,
+                        help="finish only after taking a token file from this directory "
+                             "(or once it holds 'open'): lets a test decide how many runs end")
     parser.add_argument("--crash", action="store_true", help="die by SIGSEGV")
     parser.add_argument("--oom", action="store_true", help="fail as out of memory")
     parser.add_argument("--output", type=Path, required=True)
@@ -47,10 +50,36 @@ def _log_call(event: str, output: Path) -> None:
             fh.write(line)
 
 
+TOKEN_WAIT_S = 300.0
+
+
+def _take_token(directory: Path) -> None:
+    """Block until a token in ``directory`` is ours (unlinked by us) or it holds ``open``.
+
+    Whether a run ends before a test kills its sweep is then the test's decision,
+    not a race against the machine's load.
+    """
+    deadline = time.monotonic() + TOKEN_WAIT_S
+    while time.monotonic() < deadline:
+        if (directory / "open").exists():
+            return
+        for token in sorted(directory.glob("token-*")):
+            try:
+                token.unlink()
+            except FileNotFoundError:
+                continue  # another run took it first
+            return
+        time.sleep(0.05)
+    raise WorkloadError(f"no token in {directory} within {TOKEN_WAIT_S:g} s",
+                        "the test must add a token or 'open'")
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.time()
     _log_call("start", args.output)
     time.sleep(args.sleep)
+    if args.tokens is not None:
+        _take_token(args.tokens)
     if args.value < 0:
         raise WorkloadError(f"--value {args.value} is negative", "use a value >= 0")
     if args.oom:
