@@ -31,6 +31,14 @@ def slow_spec(tmp_path: Path, runs: int = 5, sleep: float = 1.5) -> Path:
     })
 
 
+def gated_spec(tmp_path: Path, tokens: Path, runs: int) -> Path:
+    """Runs that end only with a token from ``tokens`` (see fake_workload ``--tokens``)."""
+    return write_spec(tmp_path / "s.yaml", {
+        "workload": FAKE, "output": "out.png", "defaults": {"sleep": 0.2, "tokens": str(tokens)},
+        "vary": {"value": [round(0.1 * (i + 1), 1) for i in range(runs)]},
+    })
+
+
 def started_indexes(log: str) -> list[int]:
     return [int(m) for m in re.findall(r"start \[(\d+)\]", log)]
 
@@ -42,10 +50,7 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_run(
     tokens = tmp_path / "tokens"
     tokens.mkdir()
     (tokens / "token-0").touch()
-    spec = write_spec(tmp_path / "s.yaml", {
-        "workload": FAKE, "output": "out.png", "defaults": {"sleep": 0.2, "tokens": str(tokens)},
-        "vary": {"value": [round(0.1 * (i + 1), 1) for i in range(5)]},
-    })
+    spec = gated_spec(tmp_path, tokens, runs=5)
     directory = tmp_path / "d"
     args = [str(spec), "--dir", str(directory), "--per-device", "2"]
     first = start_sweep(args, sweep_env, tmp_path / "first.log")
@@ -87,13 +92,19 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_run(
 def test_ctrl_c_stops_the_runs_in_flight_and_keeps_the_finished_ones(
     tmp_path: Path, sweep_env: dict[str, str]
 ) -> None:
-    spec, directory = slow_spec(tmp_path, runs=4, sleep=1.5), tmp_path / "d"
+    # Two tokens: two runs end, the third waits in flight until Ctrl-C, on any machine.
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    for i in range(2):
+        (tokens / f"token-{i}").touch()
+    spec = gated_spec(tmp_path, tokens, runs=4)
+    directory = tmp_path / "d"
     args = [str(spec), "--dir", str(directory), "--per-device", "2"]
     sweep = start_sweep(args, sweep_env, tmp_path / "sweep.log")
     try:
         wait_until(lambda: len(read_db(directory)) >= 2
                    and len([c for c in calls(sweep_env) if c["event"] == "start"]) >= 3,
-                   60, "two finished runs and a third started")
+                   120, "two finished runs and a third started")
         sweep.send_signal(signal.SIGINT)
         assert sweep.wait(30) == 130
     finally:
@@ -105,6 +116,8 @@ def test_ctrl_c_stops_the_runs_in_flight_and_keeps_the_finished_ones(
     assert not rows["_failed"].any()  # stopped on purpose: not recorded as failures
     pids = [c["pid"] for c in calls(sweep_env) if c["event"] == "start"]
     assert not any(alive(pid) for pid in pids)
+    assert len(rows) == 2
+    (tokens / "open").touch()
     resumed = sweep_cli(args, sweep_env)
     assert resumed.returncode == 0
     assert len(read_db(directory)) == 4
