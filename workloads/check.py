@@ -5,6 +5,12 @@ its name, compute capability and memory, print the CUDA/cuDNN versions the
 TensorFlow build expects, refuse GPUs below compute capability 5.2, and run a
 small matmul on every device, comparing it with NumPy. ``--require-gpu`` turns
 "no GPU" into a failure, which is what the Ansible ``gpu_validate`` role runs.
+
+It also prints each device's measured matmul peak (FLOP/s) in float32 and in
+the mixed-precision dtype (float16 on GPUs, bfloat16 on CPUs): the roofline the
+``cifar10`` and ``style`` records divide by for their MFU. Measured once per
+device and dtype and cached in ``$WORKLOADS_CACHE/peak-flops.json``;
+``--refresh-peak`` measures again (e.g. after the first one ran on a busy host).
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the report as JSON instead of a table"
     )
+    parser.add_argument(
+        "--refresh-peak",
+        action="store_true",
+        help="measure the matmul peaks again instead of reading the cache",
+    )
     parser.set_defaults(func=run)
 
 
@@ -51,6 +62,17 @@ def matmul_check(tf: Any, np: Any, device: str) -> dict[str, Any]:
     # TF32 on Ampere+ rounds inputs to 10 mantissa bits: allow for it.
     error = float(np.max(np.abs(result - expected)) / np.max(np.abs(expected)))
     return {"device": device, "ok": bool(error < 1e-2), "max_rel_error": error, "seconds": seconds}
+
+
+def measure_peaks(tf: Any, device: str, name: str, mixed: str, refresh: bool) -> dict[str, Any]:
+    """The device's matmul peak in float32 and in its mixed-precision dtype (cached)."""
+    from workloads.roofline import peak_flops
+
+    peaks: dict[str, Any] = {"device": device}
+    with tf.device(device):
+        for dtype in ("float32", mixed):
+            peaks[dtype] = peak_flops(name, dtype, refresh=refresh)["flops"]
+    return peaks
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
     targets = [f"/GPU:{g.index}" for g in gpus] or ["/CPU:0"]
     report["matmul"] = [matmul_check(tf, np, device) for device in targets]
     report["ok"] = all(m["ok"] for m in report["matmul"])
+    names = [g.name for g in gpus] or [report["cpu"]]
+    report["peak_flops"] = [
+        measure_peaks(tf, device, name, "float16" if gpus else "bfloat16", args.refresh_peak)
+        for device, name in zip(targets, names, strict=True)
+    ]
     _print(report, args.json)
     if not gpus:
         print("no GPU visible: the matmul ran on the CPU", file=sys.stderr)
@@ -116,9 +143,10 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
         f"  cuDNN {report['cudnn_build'] or '-'}  driver {report['driver'] or '-'}"
     )
     table = Table(title="Devices")
-    for column in ("device", "name", "compute capability", "memory", "matmul"):
+    for column in ("device", "name", "compute capability", "memory", "matmul", "peak"):
         table.add_column(column)
     results = {m["device"]: m for m in report["matmul"]}
+    peaks = {p["device"]: p for p in report.get("peak_flops", [])}
     for gpu in report["gpus"]:
         mem = gpu["memory_total_bytes"]
         m = results.get(f"/GPU:{gpu['index']}")
@@ -128,9 +156,17 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
             gpu["compute_capability"],
             f"{mem / 2**30:.1f} GiB" if mem else "-",
             _matmul_text(m),
+            _peak_text(peaks.get(f"/GPU:{gpu['index']}")),
         )
     if not report["gpus"]:
-        table.add_row("CPU", report["cpu"], "-", "-", _matmul_text(results.get("/CPU:0")))
+        table.add_row(
+            "CPU",
+            report["cpu"],
+            "-",
+            "-",
+            _matmul_text(results.get("/CPU:0")),
+            _peak_text(peaks.get("/CPU:0")),
+        )
     console.print(table)
 
 
@@ -138,3 +174,11 @@ def _matmul_text(m: dict[str, Any] | None) -> str:
     if m is None:
         return "-"
     return f"{'ok' if m['ok'] else 'WRONG'} (rel. error {m['max_rel_error']:.1e})"
+
+
+def _peak_text(peaks: dict[str, Any] | None) -> str:
+    if not peaks:
+        return "-"
+    return ", ".join(
+        f"{dtype} {value / 1e9:,.0f} GFLOP/s" for dtype, value in peaks.items() if dtype != "device"
+    )

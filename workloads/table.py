@@ -17,6 +17,7 @@ COLUMNS: list[tuple[str, str]] = [
     ("precision", "precision"),
     ("xla", "XLA"),
     ("examples_per_sec", "examples/s"),
+    ("mfu", "MFU"),
     ("step_time_s", "s/step"),
     ("epoch_times_s", "epoch times (s)"),
     ("accuracy", "test acc."),
@@ -35,12 +36,19 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _format(key: str, value: Any) -> str:
+    """MFU as a percentage of the measured peak; everything else by :func:`_cell`."""
+    if key == "mfu" and isinstance(value, float):
+        return f"{value:.0%}"
+    return _cell(value)
+
+
 def print_records(records: Iterable[dict[str, Any]], title: str = "Results") -> None:
     table = Table(title=title)
     for _, header in COLUMNS:
         table.add_column(header, justify="right" if header != "model" else "left")
     for record in records:
-        table.add_row(*(_cell(record.get(key)) for key, _ in COLUMNS))
+        table.add_row(*(_format(key, record.get(key)) for key, _ in COLUMNS))
     console = Console()
     if not console.is_terminal:  # logs and CI: do not squeeze the table into 80 columns
         console = Console(width=160)

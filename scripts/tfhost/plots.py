@@ -113,7 +113,8 @@ def utilisation_figure(samples: Sequence[dict[str, Any]], path: Path, title: str
 def throughput_bars(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     """One bar per configuration: images/s, CPU and GPU runs in two colours.
 
-    ``rows`` have ``label``, ``kind`` ("CPU" or "GPU") and ``images_per_sec``.
+    ``rows`` have ``label``, ``kind`` ("CPU" or "GPU"), ``images_per_sec`` and
+    optionally ``mfu``, printed under the rate as a percentage of the measured peak.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows) + 2), 4.5))
@@ -121,8 +122,10 @@ def throughput_bars(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     values = [r["images_per_sec"] for r in rows]
     colours = [GPU_COLOUR if r["kind"] == "GPU" else CPU_COLOUR for r in rows]
     bars = ax.bar(range(len(rows)), values, color=colours)
-    for bar, value in zip(bars, values, strict=True):
-        ax.annotate(f"{value:,.0f}", (bar.get_x() + bar.get_width() / 2, value),
+    for bar, value, row in zip(bars, values, rows, strict=True):
+        mfu = row.get("mfu")
+        text = f"{value:,.0f}" + (f"\nMFU {mfu:.0%}" if isinstance(mfu, (int, float)) else "")
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, value),
                     textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(labels, fontsize=8)

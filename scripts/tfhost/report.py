@@ -173,6 +173,7 @@ def throughput_rows(records: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[
                 "label": f"{record.get('model')}\n{what}\n{record.get('precision', '')}",
                 "kind": kind,
                 "images_per_sec": float(rate),
+                "mfu": record.get("mfu"),
             }
     return sorted(best.values(), key=lambda r: (r["kind"] != "CPU", r["label"]))
 
@@ -186,6 +187,7 @@ RECORD_COLUMNS: list[tuple[str, str]] = [
     ("precision", "precision"),
     ("xla", "XLA"),
     ("examples_per_sec", "images/s"),
+    ("mfu", "MFU"),
     ("step_time_s", "s/step"),
     ("epoch_times_s", "epoch times (s)"),
     ("accuracy", "test acc."),
@@ -202,8 +204,7 @@ def markdown_report(records: Sequence[tuple[str, dict[str, Any]]],
         lines += ["## Runs", "", "| record | " + " | ".join(h for _, h in RECORD_COLUMNS) + " |",
                   "|---" * (len(RECORD_COLUMNS) + 1) + "|"]
         for source, record in records:
-            cells = [_cell(_devices(record) if key == "devices" else record.get(key))
-                     for key, _ in RECORD_COLUMNS]
+            cells = [_record_cell(key, record) for key, _ in RECORD_COLUMNS]
             lines.append(f"| {Path(source).name} | " + " | ".join(cells) + " |")
         lines.append("")
     for name, unit, points in scaling:
@@ -223,6 +224,16 @@ def markdown_report(records: Sequence[tuple[str, dict[str, Any]]],
             lines.append(f"![{rel.stem}]({rel.as_posix()})")
         lines.append("")
     return "\n".join(lines)
+
+
+def _record_cell(key: str, record: dict[str, Any]) -> str:
+    """One table cell: devices condensed, MFU as a percentage of the measured peak."""
+    if key == "devices":
+        return _cell(_devices(record))
+    value = record.get(key)
+    if key == "mfu" and isinstance(value, (int, float)):
+        return f"{value:.0%}"
+    return _cell(value)
 
 
 def _devices(record: dict[str, Any]) -> str:

@@ -83,3 +83,12 @@ def closed_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}/{FILE_NAME}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def peak_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every style run measures or reads the matmul peak: keep it out of the user's cache."""
+    path = tmp_path_factory.mktemp("peak") / "peak-flops.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WORKLOADS_PEAK_CACHE", str(path))
+        yield path

@@ -209,8 +209,9 @@ def test_jax_backend_gives_the_same_losses(
 
 
 def test_bench_prints_rates_and_writes_a_record(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("WORKLOADS_PEAK_CACHE", str(tmp_path / "peaks.json"))
     output = tmp_path / "bench.json"
     argv = ["--widths", "32", "48", "--iterations", "3", "--output", str(output)]
     assert bench_main(argv) == 0
@@ -220,3 +221,27 @@ def test_bench_prints_rates_and_writes_a_record(
     assert [r["width"] for r in record["results"]] == [32, 48]
     assert all(r["iterations_per_sec"] > 0 and r["iterations"] == 3 for r in record["results"])
     assert "it/s" in out and len([line for line in out.splitlines() if "tensorflow" in line]) == 2
+    for row in record["results"]:
+        # The roofline: FLOPs counted by the backend, a measured peak, MFU from both.
+        assert row["flops_per_iteration"] > 0 and row["peak_flops"] > 0
+        assert row["mfu"] == pytest.approx(
+            row["iterations_per_sec"] * row["flops_per_iteration"] / row["peak_flops"]
+        )
+
+
+def test_bench_reference_runs_the_keras_io_structure_beside_ours(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKLOADS_PEAK_CACHE", str(tmp_path / "peaks.json"))
+    output = tmp_path / "bench.json"
+    # 48 px: the reference runs all of VGG19, whose fifth VALID pooling needs 32 px per side.
+    argv = ["--widths", "48", "--iterations", "3", "--reference", "--output", str(output)]
+    assert bench_main(argv) == 0
+    [row] = json.loads(output.read_text())["results"]
+    reference = row["reference"]
+    # Three images through the whole network, every step: well over twice our work.
+    assert reference["flops_per_iteration"] > 2 * row["flops_per_iteration"]
+    assert row["speedup_vs_reference"] == pytest.approx(
+        row["iterations_per_sec"] / reference["iterations_per_sec"]
+    )
+    assert "keras.io-style reference: ours is " in capsys.readouterr().out

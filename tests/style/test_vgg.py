@@ -32,6 +32,20 @@ def test_layers_used_stop_at_block5_conv2() -> None:
     assert sum(kind == "pool" for _, kind, _ in vgg.layers_used()) == 4
 
 
+@pytest.mark.parametrize("pooling", ["max", "avg"])
+def test_pooling_keeps_the_border_like_neural_style(random_base: object, pooling: str) -> None:
+    """50x70 px: 'same' pooling gives ceil(side / 2) per pool, 'valid' would floor it.
+
+    neural-style pools with SAME padding; with Keras' VALID the 4x pooled layers
+    would be 3x4 here instead of 4x5, the last rows and columns never seen.
+    """
+    extractor = vgg.build_extractor(random_base, pooling)
+    shapes = [tuple(o.shape)[1:3] for o in extractor(np.ones((1, 50, 70, 3), dtype="float32"))]
+    assert shapes == [(7, 9), (4, 5), (50, 70), (25, 35), (13, 18), (7, 9), (4, 5)]
+    pools = [layer for layer in extractor.layers if "pool" in layer.name]
+    assert len(pools) == 4 and {p.padding for p in pools} == {"same"}
+
+
 def test_extractor_outputs_content_then_style_layers(random_base: object) -> None:
     extractor = vgg.build_extractor(random_base, "max")
     outputs = extractor(np.zeros((1, 48, 64, 3), dtype="float32"))

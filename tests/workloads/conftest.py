@@ -28,11 +28,20 @@ def cifar_archive(tmp_path_factory: pytest.TempPathFactory) -> Archive:
     return Archive(path, write_archive(path))
 
 
+@pytest.fixture(scope="session")
+def peak_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One matmul-peak cache for the session: each CLI run would otherwise re-measure it."""
+    return tmp_path_factory.mktemp("peak") / "peak-flops.json"
+
+
 @pytest.fixture
-def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+def isolated_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, peak_cache: Path
+) -> Iterator[dict[str, str]]:
     """Environment for CLI runs: an empty cache and a download URL that cannot leave the host."""
     env = dict(os.environ)
     env["WORKLOADS_CACHE"] = str(tmp_path / "cache")
+    env["WORKLOADS_PEAK_CACHE"] = str(peak_cache)
     env["WORKLOADS_CIFAR10_URL"] = "http://127.0.0.1:9/cifar-10-python.tar.gz"  # discard port
     env["WORKLOADS_RESULTS"] = str(tmp_path / "results")
     env.pop("KERAS_BACKEND", None)

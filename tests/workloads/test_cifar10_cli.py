@@ -61,6 +61,13 @@ def test_the_issue_command_writes_a_complete_record(
     assert record["replicas"] == 1 and record["global_batch_size"] == 64
     assert len(record["epoch_times_s"]) == 2 and record["examples_per_sec"] > 0
     assert record["accuracy"] is None  # synthetic data has no test set
+    # The roofline: FLOPs counted from the model (the tutorial CNN is ~105 MFLOP per
+    # training example by hand: 2x conv1, 3x conv2 and the dense layers), a measured peak.
+    assert record["flops_per_example"] == pytest.approx(1.07e8, rel=0.05)
+    assert record["peak_flops"] > 0 and record["peak_dtype"] == "float32"
+    assert record["mfu"] == pytest.approx(
+        record["examples_per_sec"] * record["flops_per_example"] / record["peak_flops"]
+    )
     assert "step 30, loss = " in result.stdout and "examples/sec; " in result.stdout
     log = (tmp_path / "records.jsonl").read_text().splitlines()
     assert json.loads(log[-1])["started_at"] == record["started_at"]
@@ -123,6 +130,11 @@ def test_other_keras_backends(backend: str, tmp_path: Path, isolated_env: dict[s
     assert result.returncode == 0, result.stderr
     record = json.loads(out.read_text())
     assert record["backend"] == backend and record["examples_per_sec"] > 0
+    method = {"jax": "xla cost_analysis", "torch": "torch FlopCounterMode"}[backend]
+    assert record["flops_method"] == method
+    # XLA leaves out the products with padding zeros; torch counts them, as the hand count does.
+    assert 0.8e8 < record["flops_per_example"] < 1.1e8
+    assert record["mfu"] > 0
 
 
 BAD_INPUTS = [

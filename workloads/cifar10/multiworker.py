@@ -160,7 +160,10 @@ def fit_custom_loop(
         timer.on_epoch_begin(epoch)
         loss = None
         for step in range(steps):
+            timer.on_train_batch_begin(step)
             loss = train_step(iterator)
+            # The timer reads its clock only once this loss is on the host: the
+            # call above returns when the step is queued, not when it is done.
             timer.on_train_batch_end(step, {"loss": loss})
         timer.on_epoch_end(epoch, {"loss": loss})
 

@@ -1,7 +1,13 @@
 """Per-step timing as a Keras callback, and the steady-state statistics of a run.
 
 Timing the gap between consecutive ``on_train_batch_end`` calls measures what a
-user waits for, including input pipeline stalls. The first epoch (graph tracing,
+user waits for, including input pipeline stalls. The clock is read only after the
+step's results are on the host: a GPU (or TensorFlow's async executor) returns
+from a step call as soon as the work is queued, so a timer that read the clock
+on return would time dispatch, not the step. ``fit`` converts its logs before
+calling back; a custom loop passes tensors, which the timer waits for itself.
+With ``steps_per_execution`` one callback covers several steps: each of them is
+recorded as an equal share of the call. The first epoch (graph tracing,
 XLA compilation, autotuning, cuDNN algorithm search) is reported but excluded
 from the steady-state figures, as seed 002 did; a one-epoch run drops its first
 tenth of steps instead.
@@ -45,24 +51,36 @@ class StepTimer(keras.callbacks.Callback):
         self._step = 0
         self._last = 0.0
         self._epoch_start = 0.0
+        self._begin: int | None = None
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self.epochs.append([])
         self._epoch_start = self._last = self.clock()
 
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self._begin = batch
+
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        values = wait_for(logs or {})
         now = self.clock()
-        duration = now - self._last
+        steps = batch - self._begin + 1 if self._begin is not None else 1
+        self._begin = None
+        duration = (now - self._last) / max(1, steps)
         self._last = now
-        self.epochs[-1].append(duration)
-        self._step += 1
-        if self.log_every and self._step % self.log_every == 0:
-            loss = float((logs or {}).get("loss", float("nan")))
-            print(
-                progress_line(self._step, loss, self.global_batch / duration, duration),
-                file=self.stream,
-                flush=True,
-            )
+        for _ in range(max(1, steps)):
+            self.epochs[-1].append(duration)
+            self._step += 1
+            if self.log_every and self._step % self.log_every == 0:
+                print(
+                    progress_line(
+                        self._step,
+                        values.get("loss", float("nan")),
+                        self.global_batch / duration,
+                        duration,
+                    ),
+                    file=self.stream,
+                    flush=True,
+                )
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         elapsed = self.clock() - self._epoch_start
@@ -80,6 +98,21 @@ class StepTimer(keras.callbacks.Callback):
             file=self.stream,
             flush=True,
         )
+
+
+def wait_for(logs: dict[str, Any]) -> dict[str, float]:
+    """Bring every scalar in ``logs`` to the host, which waits for the step producing it.
+
+    ``float()`` of a TensorFlow, JAX or PyTorch scalar blocks until the value
+    exists, on every backend and device; plain numbers pass through.
+    """
+    values = {}
+    for key, value in logs.items():
+        try:
+            values[key] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return values
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ Importing this module imports Keras; callers set KERAS_BACKEND before.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,14 @@ from workloads.cifar10.timing import StepTimer, steady_state
 from workloads.errors import OutOfMemory, WorkloadError, is_out_of_memory
 
 TRAIN_IMAGES = 50_000
+
+# The fast CPU path, as measured on a 2-core AVX512-BF16 EPYC (docs/benchmarks.md):
+# bfloat16 compute 1.5-1.9x float32 for the CNN; XLA on the CPU 5x SLOWER (its CPU
+# convolutions are not oneDNN's), so it stays off; 10 steps per execution gained
+# nothing measurable at batch 128 (a step is ~0.3 s, the Python round trip ~1 ms),
+# so it stays at 1. Thread settings are TensorFlow's defaults (one per core).
+FAST_CPU_STEPS_PER_EXECUTION = 1
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 @dataclass(frozen=True)
@@ -38,12 +47,14 @@ class TrainConfig:
     cpu_replicas: int = 1
     precision: str = "fp32"
     xla: bool = False
+    steps_per_execution: int = 1
     image_size: int | None = None
     learning_rate: float = 0.01
     log_every: int = 10
     seed: int = 0
     save_model: str | None = None
     distributed: str = "auto"
+    fast_cpu: bool = False
 
 
 @dataclass
@@ -155,6 +166,65 @@ def _single_device_name(backend: str) -> str:
     return cpu_model()
 
 
+def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """The CPU flags that give bfloat16 matmuls native speed (AVX512-BF16, AMX), if any."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return []
+    flags: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return [flag for flag in BF16_CPU_FLAGS if flag in flags]
+
+
+def fast_cpu_config(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+    """The configuration measured fastest on a CPU, and the facts the record keeps about it.
+
+    bfloat16 only where the CPU computes it natively; elsewhere it is emulated and
+    slower than float32, so the run stays float32.
+    """
+    flags = cpu_bf16_flags()
+    precision = "mixed" if flags else "fp32"
+    chosen = dataclasses.replace(
+        config, precision=precision, xla=False, steps_per_execution=FAST_CPU_STEPS_PER_EXECUTION
+    )
+    facts = {
+        "applies": not accelerator_visible(),
+        "precision": precision,
+        "dtype_policy": "mixed_bfloat16" if flags else "float32",
+        "xla": False,
+        "steps_per_execution": FAST_CPU_STEPS_PER_EXECUTION,
+        "cpu_bf16_flags": flags,
+        "reason": (
+            f"bfloat16: the CPU has {', '.join(flags)}"
+            if flags
+            else "float32: no AVX512-BF16/AMX, bfloat16 would be emulated"
+        )
+        + f"; XLA off (slower on CPUs); steps_per_execution {FAST_CPU_STEPS_PER_EXECUTION}",
+    }
+    return chosen, facts
+
+
+def accelerator_visible() -> bool:
+    """Whether the Keras backend sees a GPU (the fast CPU path is for CPU-only hosts)."""
+    backend = backend_name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return bool(tf.config.list_physical_devices("GPU"))
+    if backend == "jax":
+        import jax
+
+        return jax.devices()[0].platform != "cpu"
+    if backend == "torch":
+        import torch
+
+        return bool(torch.cuda.is_available())
+    return False
+
+
 def set_precision(config: TrainConfig, placement: Placement) -> str:
     """Set the Keras dtype policy: float16 on GPUs, bfloat16 on CPUs (where it helps)."""
     import keras
@@ -248,6 +318,7 @@ def build_model(config: TrainConfig, spec: ModelSpec, placement: Placement, imag
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
             jit_compile=xla_mode(config, backend, placement.replicas) == "jit_compile",
+            steps_per_execution=config.steps_per_execution,
         )
     return model
 
@@ -278,6 +349,14 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
     spec = MODELS[config.model]
     keras.utils.set_random_seed(config.seed)
     placement = place(config)
+    if config.fast_cpu:
+        if placement.gpu_count or accelerator_visible():
+            raise WorkloadError(
+                "--fast-cpu is for hosts without a GPU, and a GPU is visible",
+                "drop --fast-cpu (on GPUs use --precision mixed --xla), "
+                "or hide the GPUs with CUDA_VISIBLE_DEVICES=",
+            )
+        config, record["fast_cpu"] = fast_cpu_config(config)
     global_batch = config.batch_size * placement.replicas
     policy = set_precision(config, placement)
     train_ds, test_ds, steps, facts = make_datasets(config, spec, global_batch)
@@ -294,6 +373,7 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
         dtype_policy=policy,
         xla=xla_mode(config, backend, placement.replicas) != "off",
         xla_mode=xla_mode(config, backend, placement.replicas),
+        steps_per_execution=config.steps_per_execution,
         steps_per_epoch=steps,
         epochs=config.epochs,
         **facts,
@@ -367,11 +447,57 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
         epoch_losses=timer.losses,
     )
     record.setdefault("accuracy", None)
+    record.update(roofline_fields(model, placement, policy, stats.examples_per_sec))
     if config.save_model:
         _save(model, config.save_model, placement)
         record["saved_model"] = config.save_model
     record["is_chief"] = placement.is_chief
     return record
+
+
+def roofline_fields(
+    model: Any, placement: Placement, policy: str, examples_per_sec: float
+) -> dict[str, Any]:
+    """``flops_per_example``, ``peak_flops`` and ``mfu`` for the record (see workloads.roofline).
+
+    The peak is that of one device times the devices that compute in parallel:
+    every GPU replica, but one CPU however many logical replicas it is split into
+    (one per SLURM worker). A counter that fails leaves the fields empty and says
+    why in ``roofline_error``; it never fails the run it describes.
+    """
+    import keras
+
+    from workloads import roofline
+
+    fields: dict[str, Any] = {"flops_per_example": None, "peak_flops": None, "mfu": None}
+    dtype = roofline.compute_dtype(policy)
+    try:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        with _scope(placement.strategy):
+            flops, method = roofline.flops_per_example(model, loss)
+        fields.update(flops_per_example=flops, flops_method=method)
+        peak = roofline.peak_flops(placement.device_names[0], dtype)
+    except Exception as exc:  # a missing figure must not lose the record
+        fields["roofline_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        return fields
+    if placement.gpu_count:
+        parallel = placement.replicas
+    elif placement.slurm is not None:
+        parallel = placement.slurm.workers
+    else:
+        parallel = 1
+    fields.update(
+        peak_flops=peak["flops"] * parallel,
+        peak_flops_per_device=peak["flops"],
+        peak_dtype=dtype,
+        peak_measured_at=peak["measured_at"],
+    )
+    fields["mfu"] = roofline.mfu(examples_per_sec, flops, fields["peak_flops"])
+    note = roofline.peak_note(fields["mfu"], peak)
+    if note:
+        fields["roofline_note"] = note
+        print(f"note: {note}", file=sys.stderr)
+    return fields
 
 
 def _save(model: Any, path: str, placement: Placement) -> None:

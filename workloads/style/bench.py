@@ -7,7 +7,11 @@ losses reach the host once, at the end, so the figure is the device's speed, not
 Python's. Random weights by default: the speed does not depend on their values,
 and no download is needed.
 
-Until ``workloads bench`` wires this in, run it as ``python -m workloads.style.bench``.
+``--reference`` also runs, at each width and right after ours (so both see the
+same load), the straightforward Keras implementation of ``workloads.style.reference``
+(the keras.io example's structure) for the same number of iterations, and prints
+our speed-up over it. Each row carries the iteration's FLOPs as the backend
+counts them and the MFU against the measured float32 matmul peak.
 """
 
 from __future__ import annotations
@@ -58,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--xla", action="store_true", help="compile with XLA (TensorFlow backend)")
     parser.add_argument("--pooling", choices=("max", "avg"), default="max")
     parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also time the straightforward keras.io-style implementation at each width "
+        "and print the speed-up (TensorFlow backend)",
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         default=Path("results/bench-style.json"),
@@ -85,6 +95,8 @@ def measure(width: int, args: argparse.Namespace, scratch: Path) -> dict[str, An
     prepared = transfer.prepare(config)
     outcome = transfer.stylize(prepared)
     loop = outcome.loop
+    if args.reference:
+        reference = measure_reference(prepared, args.iterations)
     return {
         "width": prepared.width,
         "height": prepared.height,
@@ -97,7 +109,34 @@ def measure(width: int, args: argparse.Namespace, scratch: Path) -> dict[str, An
         "xla": outcome.xla,
         "loss_first": loop.history[0][0],
         "loss_last": loop.history[-1][0],
+        **outcome.roofline,
+        **({"reference": reference} if args.reference else {}),
     }
+
+
+def measure_reference(prepared: Any, iterations: int) -> dict[str, Any]:
+    """The keras.io-structured implementation on the same images, weights and iterations."""
+    import keras
+
+    from workloads import roofline
+    from workloads.style import images, reference, vgg
+
+    if keras.backend.backend() != "tensorflow":
+        raise WorkloadError(
+            f"--reference needs the tensorflow backend (KERAS_BACKEND={keras.backend.backend()})",
+            "unset KERAS_BACKEND or drop --reference",
+        )
+    config = prepared.config
+    network = vgg.load_vgg19(prepared.weights, config.seed)
+    content = images.preprocess(prepared.content)
+    style = images.preprocess(
+        images.resize(prepared.styles[0], prepared.height, prepared.width, "style")
+    )
+    result = reference.run(network, content, style, iterations)
+    step, image, _ = reference.build(network, content, style)
+    # Its loss-and-gradient function, traced afresh so the ops are counted inline.
+    result["flops_per_iteration"] = roofline.tensorflow_function_flops(step.python_function, image)
+    return result
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,17 +151,33 @@ def run(args: argparse.Namespace) -> int:
         pooling=args.pooling,
     )
     results = []
-    print(f"{'width':>6} {'height':>6} {'it/s':>9} {'first step s':>13}  backend / device")
+    print(
+        f"{'width':>6} {'height':>6} {'it/s':>9} {'GFLOP/it':>9} {'MFU':>5} {'first step s':>13}"
+        "  backend / device"
+    )
     with tempfile.TemporaryDirectory(prefix="workloads-bench-style-") as scratch:
         for width in args.widths:
             row = measure(width, args, Path(scratch))
             results.append(row)
             rate = row["iterations_per_sec"]
+            gflop = f"{row['flops_per_iteration'] / 1e9:.1f}" if row["flops_per_iteration"] else "-"
+            mfu = f"{row['mfu']:.0%}" if row["mfu"] is not None else "-"
+            if args.reference and row["reference"]["iterations_per_sec"] and rate:
+                row["speedup_vs_reference"] = rate / row["reference"]["iterations_per_sec"]
             print(
-                f"{row['width']:>6} {row['height']:>6} {rate:>9.3f} {row['first_step_s']:>13.2f}  "
+                f"{row['width']:>6} {row['height']:>6} {rate:>9.3f} {gflop:>9} {mfu:>5} "
+                f"{row['first_step_s']:>13.2f}  "
                 f"{row['backend']}{' +XLA' if row['xla'] else ''} / {row['device']}",
                 flush=True,
             )
+            if "speedup_vs_reference" in row:
+                ref = row["reference"]
+                print(
+                    f"{'':>6} {'':>6} {ref['iterations_per_sec']:>9.3f} "
+                    f"{ref['flops_per_iteration'] / 1e9:>9.1f} {'':>5} {'':>13}  keras.io-style "
+                    f"reference: ours is {row['speedup_vs_reference']:.2f}x faster",
+                    flush=True,
+                )
     from workloads.envinfo import collect_env
 
     record.update(status="ok", finished_at=utc_now(), results=results, env=collect_env())

@@ -319,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
         output_iteration=outcome.output_iteration,
         best_iteration=outcome.best_iteration,
         iterations_per_sec=loop.iterations_per_sec,
+        **outcome.roofline,
         time_to_last_iteration_s=loop.total_s,
         first_step_s=loop.first_step_s,
         checkpoints=[str(p) for p in outcome.checkpoints],

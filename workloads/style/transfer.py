@@ -82,6 +82,7 @@ class Outcome:
     output_iteration: int
     best_iteration: int | None
     checkpoints: list[Path] = field(default_factory=list)
+    roofline: dict[str, Any] = field(default_factory=dict)
 
 
 _tensorflow_ready = False
@@ -192,6 +193,7 @@ def stylize(
     evaluate = optimize.build_evaluate(terms, weights)
     keep_best = config.keep == "best"
     state = optimize.initial_state(first_image(prepared), keep_best)
+    counted = count_flops(terms, weights, state[0])
 
     checkpoints: list[Path] = []
 
@@ -226,7 +228,43 @@ def stylize(
         output_iteration=output_iteration,
         best_iteration=best,
         checkpoints=checkpoints,
+        roofline=roofline_fields(counted, loop.iterations_per_sec, device),
     )
+
+
+def count_flops(terms: Any, weights: Any, image: Any) -> dict[str, Any]:
+    """FLOPs of one iteration (loss + gradient through VGG), counted by the backend."""
+    from workloads import roofline
+
+    try:
+        flops, method = roofline.gradient_flops(lambda w, x: terms(w, x)[0], image, weights)
+    except Exception as exc:  # a missing figure must not cost the run
+        return {"roofline_error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"flops_per_iteration": flops, "flops_method": method}
+
+
+def roofline_fields(counted: dict[str, Any], rate: float | None, device: str) -> dict[str, Any]:
+    """``flops_per_iteration``, the float32 matmul ``peak_flops`` of the device, and ``mfu``."""
+    from workloads import roofline
+    from workloads.envinfo import cpu_model
+
+    fields: dict[str, Any] = {"flops_per_iteration": None, "peak_flops": None, "mfu": None}
+    fields.update(counted)
+    if fields["flops_per_iteration"] is None:
+        return fields
+    name = cpu_model() if device == "CPU" else device.split("(", 1)[-1].rstrip(")")
+    try:
+        peak = roofline.peak_flops(name, "float32")
+    except Exception as exc:  # a missing figure must not cost the run
+        fields["roofline_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        return fields
+    mfu = roofline.mfu(rate or 0.0, fields["flops_per_iteration"], peak["flops"])
+    fields.update(peak_flops=peak["flops"], mfu=mfu)
+    note = roofline.peak_note(mfu, peak)
+    if note:
+        fields["roofline_note"] = note
+        print(f"note: {note}", file=sys.stderr)
+    return fields
 
 
 def warn_if_cpu(backend: str, device: str) -> None:

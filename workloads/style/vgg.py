@@ -89,7 +89,10 @@ def build_extractor(base: Any, pooling: str = "max") -> Any:
 
     Replays ``base``'s layers on a new input, stopping after the last layer used and
     swapping max for average pooling when asked. Layers are reused, not copied, so
-    the extractor shares ``base``'s weights.
+    the extractor shares ``base``'s weights. Every pooling uses ``same`` padding, as
+    neural-style's does: Keras' VGG19 pools with ``valid``, which drops the last row
+    or column of any odd side, so at most widths (a side not divisible by 16) the
+    deeper layers would never see the image's border.
     """
     import keras
 
@@ -100,13 +103,10 @@ def build_extractor(base: Any, pooling: str = "max") -> Any:
     for layer in base.layers:
         if isinstance(layer, keras.layers.InputLayer):
             continue
-        if pooling == "avg" and isinstance(layer, keras.layers.MaxPooling2D):
-            x = keras.layers.AveragePooling2D(
-                pool_size=layer.pool_size,
-                strides=layer.strides,
-                padding=layer.padding,
-                name=layer.name.replace("pool", "avgpool"),
-            )(x)
+        if isinstance(layer, keras.layers.MaxPooling2D):
+            pool = keras.layers.AveragePooling2D if pooling == "avg" else keras.layers.MaxPooling2D
+            name = layer.name.replace("pool", "avgpool") if pooling == "avg" else layer.name
+            x = pool(pool_size=layer.pool_size, strides=layer.strides, padding="same", name=name)(x)
         else:
             x = layer(x)
         if layer.name in wanted:

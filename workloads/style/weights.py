@@ -4,8 +4,9 @@ The most duplicated issue of neural-style and its relatives is a weights file th
 is missing, truncated or in the wrong format. So the ImageNet file is verified by
 MD5 before use, and every failure names the exact file, its URL and where to put
 it. Offline hosts copy the file into the cache directory once.
-``random`` (seeded Glorot init) needs no download: it is for smoke tests and speed
-benchmarks, where the values of the weights do not matter, only their shapes.
+``random`` (seeded He-normal init times 1.1 per layer, see ``vgg.randomise``) needs
+no download: it is for smoke tests and speed benchmarks, where the values of the
+weights do not matter, only their shapes.
 """
 
 from __future__ import annotations
