@@ -52,8 +52,10 @@ CONTAINER_VARS: dict[str, Any] = {
     },
     "docker_users": [TEST_USER],
     "ngc_users": ["root", TEST_USER],
-    # No registry is reachable: never let the play try to pull the image.
+    # No registry is reachable: never let the play try to pull the image, nor
+    # build it (its NGC base would have to be pulled); tests/hardware builds one.
     "gpu_validate_pull": "never",
+    "gpu_validate_build": "never",
 }
 
 

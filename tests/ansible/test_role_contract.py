@@ -14,8 +14,8 @@ import yaml
 
 from tests.ansible.playbook import ANSIBLE_DIR
 
-ROLES = ["nvidia_driver", "cuda_toolkit", "cudnn", "docker", "nvidia_container_toolkit", "ngc",
-         "tensorflow_host", "gpu_validate"]
+ROLES = ["nvidia_driver", "cuda_toolkit", "cudnn", "docker", "nvidia_container_toolkit", "dcgm",
+         "ngc", "tensorflow_host", "gpu_validate"]
 LAYOUT = ["defaults/main.yml", "meta/main.yml", "meta/argument_specs.yml", "tasks/main.yml",
           "README.md"]
 

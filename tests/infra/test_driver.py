@@ -16,8 +16,10 @@ def test_driver_packages_are_on_the_pinned_branch(host: Any, tfvars: dict[str, A
     if host.system_info.distribution == "ubuntu":
         pytest.skip("Ubuntu names the packages by branch; the name is the pin")
     branch = str(tfvars["nvidia_driver_branch"])
-    modules = "nvidia-kernel-open-dkms" if tfvars["nvidia_driver_kernel_modules"] == "open" \
-        else "nvidia-kernel-dkms"
+    flavour = tfvars["nvidia_driver_kernel_modules"]
+    if flavour == "auto":  # the role chose from the GPUs: whichever flavour is installed
+        flavour = "open" if installed_version(host, "nvidia-kernel-open-dkms") else "proprietary"
+    modules = "nvidia-kernel-open-dkms" if flavour == "open" else "nvidia-kernel-dkms"
     for name in [*DEBIAN_DRIVER_PACKAGES, modules]:
         version = installed_version(host, name)
         assert version.startswith(f"{branch}."), f"{name} is {version or 'not installed'}"

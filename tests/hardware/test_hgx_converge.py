@@ -1,0 +1,131 @@
+"""The CI host "as" an HGX H100: the nvidia_driver role installs, starts and checks Fabric Manager.
+
+A systemd container (tests/ansible/target.py) gets the HGX H100's PCI tree
+(tests/hardware/machines.py) at a path the role is pointed at
+(nvidia_driver_pci_devices_path), and the nvidia-smi stub is told of the
+eight GPUs and of that tree, so it reports the NVLink fabric as the real tool
+does: "In Progress" until Fabric Manager runs. Everything else is real: apt
+from the signed stub repository, dpkg holds, systemd starting the daemon.
+Only the hardware-dependent parts run (--tags nvidia_driver,dcgm and
+gpu_validate's DCGM diagnostic): the rest of site.yml does not depend on the
+hardware and is converged by tests/ansible.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.ansible.lab import CONTAINER_VARS
+from tests.ansible.playbook import REPO, PlaybookRun, run_playbook, write_inventory
+from tests.ansible.target import TargetHost, docker, start_target, target_image
+from tests.ansible.timings import record_timing
+from tests.fixtures.aptrepo import build_stub_repos, serve_directory
+from tests.hardware.machines import H100_HGX
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(5400)]
+
+FAKE_PCI = "/srv/fake-pci"
+# The driver (with Fabric Manager), DCGM, and gpu_validate's DCGM diagnostic.
+TAGS = "nvidia_driver,dcgm,gpu_validate_dcgm"
+# A limit against a hung run, not a performance bound: DKMS's compiler install
+# alone took 12 min on a CI machine shared by several suites (load 25).
+PLAY_TIMEOUT = 2400
+
+
+@dataclass
+class HgxRun:
+    host: TargetHost
+    vars_file: Path
+    first: PlaybookRun
+    second: PlaybookRun
+
+
+@pytest.fixture(scope="module")
+def hgx(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HgxRun]:
+    workdir = tmp_path_factory.mktemp("hgx")
+    repos = build_stub_repos(workdir / "repos")
+    devices = H100_HGX.build(workdir / "sysfs")
+    with serve_directory(repos.root, workdir / "repo-http.log") as base_url:
+        host = start_target(target_image(), f"tfhost-hw-hgx-{os.getpid()}")
+        try:
+            docker("cp", str(devices.parent.parent.parent), f"{host.name}:{FAKE_PCI}")
+            host.exec("mkdir", "-p", "/var/lib/nvidia-stub")
+            host.exec("tee", "/var/lib/nvidia-stub/gpus", stdin=H100_HGX.smi_gpus())
+            host.exec("tee", "/var/lib/nvidia-stub/pci-devices",
+                      stdin=f"{FAKE_PCI}/bus/pci/devices\n")
+            variables = {**repos.ansible_vars(base_url), **CONTAINER_VARS,
+                         "nvidia_driver_pci_devices_path": f"{FAKE_PCI}/bus/pci/devices"}
+            vars_file = workdir / "hgx-vars.yml"
+            vars_file.write_text(yaml.safe_dump(variables))
+            inventory = write_inventory(workdir / "hgx.inventory.yml", host.name)
+            first = run_playbook(inventory, [vars_file], workdir / "hgx-1.log", "--tags", TAGS,
+                                 timeout=PLAY_TIMEOUT)
+            second = run_playbook(inventory, [vars_file], workdir / "hgx-2.log", "--tags", TAGS,
+                                  timeout=PLAY_TIMEOUT)
+            yield HgxRun(host, vars_file, first, second)
+        finally:
+            host.remove()
+
+
+def _said(run: PlaybookRun, text: str) -> bool:
+    """Whether the play printed text (the YAML callback wraps long messages)."""
+    return " ".join(text.split()) in " ".join(run.output.split())
+
+
+def _installed(host: TargetHost, *names: str) -> list[str]:
+    return host.exec("dpkg-query", "-W", "-f", "${Package} ${Version}\\n", *names,
+                     check=False).stdout.split("\n")[:-1]
+
+
+def test_hgx_converges_with_open_modules_and_fabric_manager(hgx: HgxRun) -> None:
+    record_timing("HGX H100 stand-in: driver + DCGM converge", hgx.first.seconds)
+    assert hgx.first.returncode == 0, hgx.first.explain()
+    assert _said(hgx.first, "8 NVIDIA GPU(s) Hopper, 4 NVSwitch(es): open kernel modules "
+                            "(nvidia_driver_kernel_modules: auto), branch 570, Fabric Manager.")
+    assert _said(hgx.first, "NVLink fabric initialised on 8 GPU(s): State Completed, "
+                            "Status Success")
+    assert _installed(hgx.host, "nvidia-fabricmanager-570", "nvidia-kernel-open-dkms") == [
+        "nvidia-fabricmanager-570 570.148.08-1", "nvidia-kernel-open-dkms 570.148.08-1"]
+    # Not an NVLink 5 board: no subnet manager, no ib_umad.
+    assert hgx.host.exec("dpkg", "-s", "nvlsm", check=False).returncode != 0
+    assert hgx.host.exec("test", "-e", "/etc/modules-load.d/nvidia-fabricmanager.conf",
+                         check=False).returncode != 0
+
+
+def test_hgx_gets_dcgm_and_its_diagnostic_passes(hgx: HgxRun) -> None:
+    assert hgx.first.returncode == 0, "converge failed; see the first test"
+    assert _installed(hgx.host, "datacenter-gpu-manager-4-cuda12") == [
+        "datacenter-gpu-manager-4-cuda12 1:4.2.3-1"]
+    assert hgx.host.exec("systemctl", "is-active", "nvidia-dcgm").stdout.strip() == "active"
+    assert _said(hgx.first, f"DCGM diagnostic (dcgmi diag -r 1) on {hgx.host.name}: PASS")
+
+
+def test_fabric_manager_starts_before_the_persistence_daemon(hgx: HgxRun) -> None:
+    output = hgx.first.output
+    assert output.index("TASK [nvidia_driver : Start Fabric Manager]") \
+        < output.index("TASK [nvidia_driver : Start the persistence daemon]")
+
+
+def test_hgx_rerun_changes_nothing(hgx: HgxRun) -> None:
+    assert hgx.second.returncode == 0, hgx.second.explain()
+    assert hgx.second.recap["changed"] == 0, hgx.second.explain()
+
+
+def test_testinfra_fabric_checks_pass_on_the_hgx_host(hgx: HgxRun) -> None:
+    assert hgx.first.returncode == 0, "converge failed; see the first test"
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/infra/test_fabric.py", "tests/infra/test_driver.py",
+         "tests/infra/test_dcgm.py", "tests/infra/test_cdi.py",
+         f"--hosts=docker://{hgx.host.name}", "--tfhost-vars", str(hgx.vars_file),
+         "-p", "no:cacheprovider", "-q", "-rs"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
+    assert "no NVSwitch on this host" not in suite.stdout, "the fabric checks must run here"

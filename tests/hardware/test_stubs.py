@@ -1,0 +1,125 @@
+"""The nvidia-smi and dcgmi stubs say what the real tools say on each machine.
+
+The roles' own patterns (the Fabric section in nvidia_driver's
+vars/fabricmanager.yml, a failed check in gpu_validate's vars/main.yml) are
+applied to the stubs' output, so a stub and a role that drift apart fail
+here, in a second, rather than in the HGX converge.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fixtures.aptrepo.catalog import STUBS, ubuntu_signed_module_packages
+from tests.hardware.machines import H100_HGX, H100_PCIE, Machine
+
+ROLES = Path(__file__).resolve().parents[2] / "ansible" / "roles"
+FABRIC = re.compile(yaml.safe_load((ROLES / "nvidia_driver/vars/fabricmanager.yml").read_text())
+                    ["__nvidia_driver_fabric_pattern"])
+DCGM_FAIL = re.compile(yaml.safe_load((ROLES / "gpu_validate/vars/main.yml").read_text())
+                       ["__gpu_validate_dcgm_fail_pattern"])
+
+
+def _stub_root(tmp_path: Path, machine: Machine) -> Path:
+    root = tmp_path / "root"
+    (root / "var/lib/nvidia-stub").mkdir(parents=True)
+    (root / "var/lib/nvidia-stub/gpus").write_text(machine.smi_gpus())
+    devices = machine.build(tmp_path / "sysfs")
+    (root / "var/lib/nvidia-stub/pci-devices").write_text(f"{devices}\n")
+    return root
+
+
+def _run(stub: str, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(STUBS / stub), *args], capture_output=True,
+                          text=True, check=False, env={"NVIDIA_STUB_ROOT": str(root)})
+
+
+def _fabric(root: Path) -> list[str]:
+    return ["/".join(match) for match in FABRIC.findall(_run("nvidia-smi", root, "-q").stdout)]
+
+
+def test_hgx_fabric_is_in_progress_until_fabric_manager_runs(tmp_path: Path) -> None:
+    root = _stub_root(tmp_path, H100_HGX)
+    assert _fabric(root) == ["In Progress/N/A"] * 8
+    (root / "run/nvidia-fabricmanager").mkdir(parents=True)
+    (root / "run/nvidia-fabricmanager/fabric-state").write_text("Completed\n")
+    assert _fabric(root) == ["Completed/Success"] * 8
+
+
+def test_a_pcie_host_has_no_fabric(tmp_path: Path) -> None:
+    assert _fabric(_stub_root(tmp_path, H100_PCIE)) == ["N/A/N/A"] * 2
+
+
+@pytest.mark.parametrize(("failing", "rc"), [("", 0), ("Inforom", 226)])
+def test_dcgmi_diag_reports_each_check(tmp_path: Path, failing: str, rc: int) -> None:
+    root = _stub_root(tmp_path, H100_HGX)
+    assert _run("dcgmi", root, "diag", "-r", "1").returncode == 255  # no host engine yet
+    (root / "run/nvidia-dcgm").mkdir(parents=True)
+    (root / "run/nvidia-dcgm/hostengine").write_text("running\n")
+    if failing:
+        (root / "var/lib/nvidia-stub/dcgm-fail").write_text(failing)
+    result = _run("dcgmi", root, "diag", "-r", "1")
+    assert result.returncode == rc
+    assert "Successfully ran diagnostic for group." in result.stdout
+    assert DCGM_FAIL.findall(result.stdout) == (
+        [failing] if failing else [])
+
+
+def _smi_on_path(tmp_path: Path, driver: str) -> Path:
+    """The nvidia-smi stub as its package installs it, for driver version `driver`."""
+    bin_dir = tmp_path / f"bin-{driver}"
+    bin_dir.mkdir()
+    text = (STUBS / "nvidia-smi").read_text()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(text.replace("@DRIVER_VERSION@", driver).replace("@CUDA_VERSION@", "12.8"))
+    smi.chmod(0o755)
+    return bin_dir
+
+
+def test_nvidia_ctk_cdi_spec_lists_each_gpu_and_follows_the_driver(tmp_path: Path) -> None:
+    root = _stub_root(tmp_path, H100_PCIE)
+    (root / "etc/cdi").mkdir(parents=True)
+    specs = []
+    for driver in ("570.148.08", "575.57.08"):
+        env = {"NVIDIA_STUB_ROOT": str(root),
+               "PATH": f"{_smi_on_path(tmp_path, driver)}:/usr/bin:/bin"}
+        spec = root / "etc/cdi/nvidia.yaml"
+        subprocess.run([sys.executable, str(STUBS / "nvidia-ctk"), "cdi", "generate",
+                        f"--output={spec}"], env=env, check=True, capture_output=True)
+        specs.append(spec.read_text())
+        listed = subprocess.run([sys.executable, str(STUBS / "nvidia-ctk"), "cdi", "list"],
+                                env=env, check=True, capture_output=True, text=True).stdout
+        assert listed.split()[:2] == ["nvidia.com/gpu=0",
+                                      "nvidia.com/gpu=GPU-00000000-0000-0000-0000-000000000000"]
+        assert "nvidia.com/gpu=all" in listed.split()
+    assert "libcuda.so.570.148.08" in specs[0] and "libcuda.so.575.57.08" in specs[1]
+
+
+def test_nvidia_ctk_configures_containerd_once(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n')
+    for _ in range(2):
+        subprocess.run([sys.executable, str(STUBS / "nvidia-ctk"), "runtime", "configure",
+                        "--runtime=containerd", f"--config={config}"], check=True,
+                       capture_output=True)
+    text = config.read_text()
+    assert text.startswith('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n')
+    assert text.count("runtimes.nvidia]") == 1
+
+
+@pytest.mark.parametrize("flavour", ["open", "proprietary"])
+def test_ubuntu_signed_module_stubs_carry_the_names_the_role_installs(flavour: str) -> None:
+    """The Secure Boot path's package names (vars/secureboot.yml) exist in the stub catalogue."""
+    names = {package.name for package in ubuntu_signed_module_packages("570", "6.8.0-51-generic")}
+    templates = yaml.safe_load((ROLES / "nvidia_driver/vars/secureboot.yml").read_text())[
+        "__nvidia_driver_ubuntu_signed_packages"][flavour]
+    wanted = {template.replace("{{ nvidia_driver_branch }}", "570")
+              .replace("{{ __nvidia_driver_kernel_flavour }}", "generic") for template in templates}
+    assert wanted <= names, wanted - names
+    assert "linux-objects-nvidia-570-server-open-6.8.0-51-generic" in names
