@@ -5,13 +5,16 @@
 # the shell linter, chromium (the sweep's HTML explorer test), gnupg/apt-utils/dpkg-dev
 # (signed stub apt repositories), slurm-wlm/munge (local SLURM cluster), qemu-system-x86 and
 # qemu-utils (the VM tests boot the box), e2fsprogs/fdisk/openssh-client (scripts/build-box.sh
-# writes the disk and the box's key), vagrant/vagrant-libvirt (`vagrant validate` of the Vagrantfile).
+# writes the disk and the box's key), vagrant/vagrant-libvirt (`vagrant validate` of the Vagrantfile),
+# libvirt-daemon-system/libvirt-clients/dnsmasq-base/iptables (`vagrant up` in a test's own network
+# namespace: libvirtd, its management network's DHCP and NAT rules; tests/vm/test_vagrant_up.py).
 set -euo pipefail
 
 packages=(
   python3-venv docker.io debootstrap shellcheck chromium gnupg apt-utils dpkg-dev
   ca-certificates iproute2 slurm-wlm munge
   qemu-system-x86 qemu-utils e2fsprogs fdisk openssh-client vagrant vagrant-libvirt
+  libvirt-daemon-system libvirt-clients dnsmasq-base iptables
 )
 packages+=("$@")
 
@@ -24,4 +27,11 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   echo "installing: ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The vagrant test runs its own libvirtd inside a network namespace. A libvirt
+# installed just now must not put its default 192.168.122.0/24 bridge on this
+# machine's network when the host's libvirtd starts (at boot, or on first use).
+if [[ " ${missing[*]} " == *" libvirt-daemon-system "* ]]; then
+  rm -f /etc/libvirt/qemu/networks/autostart/default.xml
 fi

@@ -12,11 +12,18 @@
 #   3. TFHOST_VM_MEMORY (MiB) and TFHOST_VM_CPUS for every guest
 #   4. TFHOST_GPUS: "0000:65:00.0,0000:65:00.1" gives the first guest these
 #      functions; "gpu1=0000:18:00.0;gpu2=0000:3b:00.0" assigns per guest name
+#   5. TFHOST_VM_DRIVER: kvm (default) or qemu (TCG software emulation, for
+#      hosts whose /dev/kvm cannot boot the guest, e.g. CI's nested PVM)
+#
+# check_host_devices is separate from guests: `vagrant validate` on a laptop
+# must accept a config written for the GPU host, while `vagrant up` on the host
+# must refuse a function that is missing or not yet handed to vfio-pci.
 require "yaml"
 
 module TfhostPlan
   PCI_ADDRESS = /\A(?:(\h{4}):)?(\h{2}):([01]\h)\.([0-7])\z/
-  DEFAULTS = { "box" => "tfhost/debian12", "memory" => 16_384, "cpus" => 8 }.freeze
+  DEFAULTS = { "box" => "tfhost/debian12", "memory" => 16_384, "cpus" => 8, "driver" => "kvm" }.freeze
+  DRIVERS = %w[kvm qemu].freeze
 
   # A configuration mistake: the message names the value and the fix.
   class Error < StandardError; end
@@ -49,6 +56,65 @@ module TfhostPlan
     number
   rescue ArgumentError
     raise Error, "#{where}: '#{value}' is not a positive whole number"
+  end
+
+  def driver(env = ENV, root = File.expand_path("..", __dir__))
+    path = config_path(env, root)
+    value = env["TFHOST_VM_DRIVER"].to_s
+    where = "TFHOST_VM_DRIVER"
+    if value.empty?
+      value = (DEFAULTS.merge(read_config(path).fetch("defaults", {}) || {}))["driver"].to_s
+      where = "#{path}: defaults.driver"
+    end
+    return value if DRIVERS.include?(value)
+
+    raise Error, "#{where}: '#{value}' is not a libvirt domain type; use kvm (hardware " \
+                 "virtualization) or qemu (software emulation, where /dev/kvm cannot boot the guest)"
+  end
+
+  # TFHOST_ANSIBLE_VARS: a YAML file of variables for site.yml on top of vars.yml.
+  def ansible_vars(env = ENV)
+    path = env["TFHOST_ANSIBLE_VARS"].to_s
+    return nil if path.empty?
+
+    path = File.expand_path(path)
+    raise Error, "TFHOST_ANSIBLE_VARS: #{path} does not exist; point it at a YAML file of variables" \
+      unless File.file?(path)
+
+    path
+  end
+
+  # TFHOST_APT_PROXY: the guest's apt proxy, e.g. http://192.168.121.1:3142.
+  def apt_proxy(env = ENV)
+    url = env["TFHOST_APT_PROXY"].to_s
+    return nil if url.empty?
+    raise Error, "TFHOST_APT_PROXY: '#{url}' is not an http:// URL; write it as http://HOST:PORT" \
+      unless %r{\Ahttps?://[^\s/"]+/?\z}.match?(url)
+
+    url
+  end
+
+  # Every function a guest is given must be on this host and bound to vfio-pci
+  # (ansible/hypervisor.yml does that). Checked before vagrant-libvirt asks
+  # libvirt for anything, so the error names the address, not a libvirt XML fault.
+  def check_host_devices(guests, sysfs = "/sys")
+    guests.each do |guest|
+      guest.gpus.each do |pci|
+        address = lspci_form(pci)
+        device = File.join(sysfs, "bus", "pci", "devices", address)
+        unless File.exist?(device)
+          raise Error, "#{guest.name} gpus: PCI device #{address} is not on this host; fix the " \
+                       "address in vagrant/gpus.yml or TFHOST_GPUS (`lspci -D` lists them)"
+        end
+        link = File.join(device, "driver")
+        bound = File.symlink?(link) ? File.basename(File.readlink(link)) : nil
+        next if bound == "vfio-pci"
+
+        raise Error, "#{guest.name} gpus: PCI device #{address} is bound to " \
+                     "#{bound ? "driver #{bound}" : 'no driver'}, not vfio-pci; run " \
+                     "`ansible-playbook -i inventory hypervisor.yml` in ansible/ on this host first"
+      end
+    end
   end
 
   def config_path(env, root)

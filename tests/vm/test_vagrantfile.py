@@ -1,10 +1,10 @@
 """The Vagrantfile: `vagrant validate` passes, and Vagrant resolves the GPUs as configured.
 
-`vagrant up` needs libvirt and, by default, libvirt's 192.168.121.0/24
-management bridge, which the network rule keeps out of CI; the same box is
-booted with QEMU in test_vm_site.py instead. Here Vagrant with the
-vagrant-libvirt plugin loads the real Vagrantfile, so the PCI host devices,
-CPU mode and provisioner below are exactly what `vagrant up` would use.
+These are the fast checks: Vagrant with the vagrant-libvirt plugin loads the real
+Vagrantfile, so the PCI host devices, CPU mode and provisioners below are exactly
+what `vagrant up` would use, and every bad setting stops it with one line (GPUs
+that are missing or not on vfio-pci only at `vagrant up`, before libvirt is
+asked for anything). The real `vagrant up` runs in test_vagrant_up.py.
 """
 
 from __future__ import annotations
@@ -124,3 +124,93 @@ def test_one_gpu_cannot_go_to_two_guests(vagrant_env: dict[str, str], tmp_path: 
     result = validate(vagrant_env, TFHOST_VAGRANT_CONFIG=str(config))
     assert result.returncode != 0
     assert "0000:18:00.0 is given to more than one guest" in result.stderr
+
+
+def test_qemu_driver_emulates_the_cpu_instead_of_passing_it_through(
+        vagrant_env: dict[str, str]) -> None:
+    # CI's /dev/kvm (nested PVM) cannot boot the guest: TFHOST_VM_DRIVER=qemu is TCG.
+    assert validate(vagrant_env, TFHOST_VM_DRIVER="qemu").returncode == 0
+    [guest] = resolved(vagrant_env, TFHOST_VM_DRIVER="qemu")
+    assert (guest["driver"], guest["cpu_mode"], guest["kvm_hidden"]) == ("qemu", "maximum", False)
+    [default] = resolved(vagrant_env)
+    assert (default["driver"], default["cpu_mode"]) == ("kvm", "host-passthrough")
+
+
+def test_apt_proxy_and_extra_vars_reach_the_provisioners(vagrant_env: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    extra = tmp_path / "site.yml"
+    extra.write_text("docker_users: [vagrant]\n")
+    overrides = {"TFHOST_APT_PROXY": "http://192.168.121.1:3142",
+                 "TFHOST_ANSIBLE_VARS": str(extra)}
+    [guest] = resolved(vagrant_env, **overrides)
+    # The proxy is written first, so site.yml's first apt-get already uses it.
+    assert guest["provisioners"] == ["shell", "ansible"]
+    assert guest["shell_env"] == [{"TFHOST_APT_PROXY": "http://192.168.121.1:3142"}]
+    assert f"@{extra}" in guest["raw_arguments"]
+    [plain] = resolved(vagrant_env)
+    assert plain["provisioners"] == ["ansible"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"TFHOST_VM_DRIVER": "xen"}, "'xen' is not a libvirt domain type; use kvm"),
+        ({"TFHOST_ANSIBLE_VARS": "/nonexistent/vars.yml"},
+         "/nonexistent/vars.yml does not exist"),
+        ({"TFHOST_APT_PROXY": "192.168.121.1:3142"}, "is not an http:// URL"),
+    ],
+)
+def test_bad_overrides_fail_validate_with_one_line(vagrant_env: dict[str, str],
+                                                   overrides: dict[str, str], message: str) -> None:
+    result = validate(vagrant_env, **overrides)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Vagrantfile: ") and message in lines[0], lines
+
+
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+
+
+def up_refused(env: dict[str, str], gpus: str) -> str:
+    """`vagrant up` with these GPUs: the one stderr line, after checking libvirt was never asked.
+
+    LIBVIRT_DEFAULT_URI points at a socket that does not exist, so a check that
+    came after vagrant-libvirt's first connection would show libvirt's error
+    instead of ours; and Vagrant must not have created any machine state. The
+    box server is a closed loopback port: a Vagrant that went on to fetch the
+    box would fail there, never on the network.
+    """
+    dotfile = Path(env["VAGRANT_DOTFILE_PATH"])
+    result = subprocess.run(
+        ["vagrant", "up", "--provider=libvirt"], cwd=REPO, capture_output=True, text=True,
+        env={**env, "TFHOST_GPUS": gpus, "VAGRANT_SERVER_URL": "http://127.0.0.1:9",
+             "LIBVIRT_DEFAULT_URI": f"qemu:///system?socket={dotfile}/no-libvirt.sock"},
+        timeout=120, check=False)
+    assert result.returncode != 0, result.stdout
+    assert not (dotfile / "machines").exists(), "vagrant up got as far as creating a machine"
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Vagrantfile: "), result.stderr
+    return lines[0]
+
+
+def test_up_refuses_a_gpu_that_is_not_on_this_host(vagrant_env: dict[str, str]) -> None:
+    address = next(f"0000:{bus:02x}:1f.7" for bus in range(0xff, 0, -1)
+                   if not (PCI_DEVICES / f"0000:{bus:02x}:1f.7").exists())
+    line = up_refused(vagrant_env, address)
+    assert f"PCI device {address} is not on this host" in line
+    assert "vagrant/gpus.yml" in line and "lspci -D" in line
+    # validate is not up: a config written for the GPU host still validates elsewhere.
+    assert validate(vagrant_env, TFHOST_GPUS=address).returncode == 0
+
+
+def test_up_refuses_a_gpu_bound_to_another_driver(vagrant_env: dict[str, str]) -> None:
+    bound = sorted((device.name, (device / "driver").resolve().name)
+                   for device in PCI_DEVICES.glob("*")
+                   if (device / "driver").is_symlink()
+                   and (device / "driver").resolve().name != "vfio-pci")
+    if not bound:
+        pytest.skip("this machine has no PCI device bound to a driver other than vfio-pci")
+    address, driver = bound[0]
+    line = up_refused(vagrant_env, address)
+    assert f"PCI device {address} is bound to driver {driver}, not vfio-pci" in line
+    assert "hypervisor.yml" in line

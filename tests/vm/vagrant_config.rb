@@ -12,14 +12,17 @@ env = Vagrant::Environment.new(cwd: Dir.pwd)
 guests = env.machine_names.map do |name|
   machine = env.machine(name, :libvirt)
   libvirt = machine.provider_config
-  ansible = machine.config.vm.provisioners.find { |p| p.type == :ansible }
+  provisioners = machine.config.vm.provisioners
+  ansible = provisioners.find { |p| p.type == :ansible }
   {
     name: name.to_s, box: machine.config.vm.box, hostname: machine.config.vm.hostname,
-    memory: libvirt.memory, cpus: libvirt.cpus, cpu_mode: libvirt.cpu_mode,
+    driver: libvirt.driver, memory: libvirt.memory, cpus: libvirt.cpus, cpu_mode: libvirt.cpu_mode,
     kvm_hidden: libvirt.kvm_hidden, machine_type: libvirt.machine_type,
     pcis: libvirt.pcis.map { |pci| pci.reject { |_, value| value.nil? } },
     playbook: ansible&.config&.playbook, groups: ansible&.config&.groups,
-    raw_arguments: ansible&.config&.raw_arguments
+    raw_arguments: ansible&.config&.raw_arguments,
+    provisioners: provisioners.map { |p| p.type.to_s },
+    shell_env: provisioners.select { |p| p.type == :shell }.map { |p| p.config.env }
   }
 end
 puts JSON.generate(guests)

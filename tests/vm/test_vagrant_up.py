@@ -1,0 +1,257 @@
+"""`vagrant up` for real: the Vagrantfile boots, provisions site.yml and passes tests/infra.
+
+The commands are the README's (docs/gpu-passthrough.md, "3. The guests"):
+
+    vagrant box add --name tfhost/debian12 <box folder>/tfhost-debian12.box
+    vagrant up --provider=libvirt
+    pytest tests/infra --hosts=ssh://tfhost-gpu1 --ssh-config=<vagrant ssh-config> ...
+    vagrant provision            # again: nothing changes
+    vagrant destroy -f
+
+run inside a network namespace this test creates (tests/vm/netns.py), where
+libvirtd puts vagrant-libvirt's 192.168.121.0/24 bridge; nothing is on the
+machine's own network. What CI cannot have comes through the Vagrantfile's own
+settings, never a copy of it: no GPUs (the default), TFHOST_VM_DRIVER=qemu
+where /dev/kvm cannot boot the guest, TFHOST_VM_MEMORY/CPUS sized for CI,
+TFHOST_APT_PROXY for the loopback apt proxy (tests/vm/apt_proxy.py, to
+deb.debian.org only) and TFHOST_ANSIBLE_VARS for the stub NVIDIA repositories
+and fake nvcr.io. Those services listen on the host's loopback; netns.py relays
+them onto the namespace's loopback and Ansible's SSH carries them on to the
+guest's (`-R`), so the guest uses the same 127.0.0.1 URLs as the container test.
+
+Unlike the container, the guest has its own kernel: the driver role installs the
+headers for it and really reboots it, and the GPU steps meet a machine without a
+GPU exactly as on a GPU-less host. It covers what the QEMU-only
+tests/vm/test_vm_site.py covers, which goes once this test has passed on an idle machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from tests.ansible.fake_registry import fake_registry
+from tests.ansible.lab import CONTAINER_VARS
+from tests.ansible.playbook import EXAMPLE_NGC_API_KEY, REPO, VAULT_PASSWORD
+from tests.fixtures.aptrepo import build_stub_repos, serve_directory
+from tests.vm.apt_proxy import AptProxy, apt_proxy
+from tests.vm.machine import Box
+from tests.vm.netns import Namespace, libvirt_namespace, relay_ports
+
+# Opt-in until it has passed end to end: its one run (under a load of 15-27) timed out
+# inside the driver role, and beside tests/vm/test_vm_site.py it would push the suite
+# past its 60-minute budget. TFHOST_VAGRANT_UP=1 runs it.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(3600),
+    pytest.mark.skipif(os.environ.get("TFHOST_VAGRANT_UP") != "1",
+                       reason="vagrant up end to end is opt-in (TFHOST_VAGRANT_UP=1) until it "
+                              "has passed on an idle machine; see tests/vm/test_vagrant_up.py"),
+]
+
+APT_CACHE = Path(os.environ.get("TFHOST_BOX_CACHE", "/var/cache/tfhost-box")) / "apt-proxy"
+GUEST = "tfhost-gpu1"
+BIN = Path(sys.executable).parent
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+RECAP = re.compile(r"^\S+\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)",
+                   re.MULTILINE)
+# Debian packages this test drives beyond the box's (scripts/install-test-deps.sh).
+TOOLS = {"vagrant": "vagrant", "libvirtd": "libvirt-daemon-system", "virsh": "libvirt-clients",
+         "dnsmasq": "dnsmasq-base", "iptables": "iptables", "unshare": "util-linux",
+         "nsenter": "util-linux"}
+
+# The container's variables, less what only a container needs: the VM runs a
+# Debian kernel with headers in Debian's archive, and it can reboot. The box's
+# user is the one that gets Docker and the NGC login.
+VM_VARS = {key: value for key, value in CONTAINER_VARS.items()
+           if key != "nvidia_driver_kernel_headers_packages"}
+VM_VARS.update(nvidia_driver_reboot=True, docker_users=["vagrant"], ngc_users=["root", "vagrant"])
+
+
+@dataclass
+class Step:
+    """One Vagrant command's result; its time goes to docs/benchmarks.md."""
+
+    returncode: int
+    output: str
+    seconds: float
+
+    def recap(self) -> dict[str, int]:
+        match = RECAP.search(self.output)
+        assert match, f"no PLAY RECAP in the output:\n{self.output[-3000:]}"
+        ok, changed, unreachable, failed = (int(value) for value in match.groups())
+        return {"ok": ok, "changed": changed, "unreachable": unreachable, "failed": failed}
+
+
+@dataclass
+class Lab:
+    """The namespace with libvirt, the environment Vagrant runs with, and the step times."""
+
+    namespace: Namespace
+    env: dict[str, str]
+    workdir: Path
+    proxy: AptProxy
+    vars_file: Path
+    times: dict[str, float] = field(default_factory=dict)
+    steps: dict[str, Step] = field(default_factory=dict)
+
+    def vagrant(self, name: str, *args: str, timeout: float = 600) -> Step:
+        """Run `vagrant ARGS` in the namespace; the output goes to NAME.log as it comes."""
+        log = self.workdir / f"{name}.log"
+        started = time.monotonic()
+        with log.open("w") as stream:
+            done = subprocess.run(self.namespace.command(["vagrant", *args], cwd=REPO),
+                                  stdout=stream, stderr=subprocess.STDOUT, env=self.env,
+                                  timeout=timeout, check=False)
+        step = Step(done.returncode, ANSI.sub("", log.read_text(errors="replace")),
+                    time.monotonic() - started)
+        self.times[name] = round(step.seconds, 1)
+        self.steps[name] = step
+        return step
+
+
+def _domain_type() -> str:
+    """kvm with hardware virtualization, else qemu (TCG): the rule of scripts/vm.sh --accel auto.
+
+    CI's /dev/kvm is a nested PVM (kvm_pvm) that cannot boot the stock kernel.
+    """
+    hardware = Path("/sys/module/kvm_intel").exists() or Path("/sys/module/kvm_amd").exists()
+    return "kvm" if hardware and os.access("/dev/kvm", os.R_OK | os.W_OK) else "qemu"
+
+
+@pytest.fixture(scope="module")
+def lab(box: Box, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    missing = sorted({package for tool, package in TOOLS.items() if shutil.which(tool) is None})
+    if missing:
+        pytest.fail(f"missing tools for the vagrant test; apt-get install -y {' '.join(missing)}")
+    workdir = tmp_path_factory.mktemp("vagrant-up")
+    repos = build_stub_repos(workdir / "repos")
+    with serve_directory(repos.root, workdir / "repo-http.log") as base_url, \
+            fake_registry("$oauthtoken", EXAMPLE_NGC_API_KEY) as registry, \
+            apt_proxy(APT_CACHE, workdir / "apt-proxy.log") as proxy, \
+            libvirt_namespace(workdir / "libvirt", hide_kvm=_domain_type() == "qemu") as namespace:
+        ports = [proxy.port, urlsplit(base_url).port or 80, int(registry.address.split(":")[1])]
+        forwards = " ".join(f"-R 127.0.0.1:{port}:127.0.0.1:{port}" for port in ports)
+        variables = {**repos.ansible_vars(base_url), **VM_VARS, "ngc_registry": registry.address,
+                     # Every SSH connection Ansible opens carries the services to the
+                     # guest's loopback, so they come back after the reboot too.
+                     "ansible_ssh_extra_args": forwards}
+        vars_file = workdir / "vm-vars.yml"
+        vars_file.write_text(yaml.safe_dump(variables, sort_keys=True))
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith(("TFHOST_", "VAGRANT_", "ANSIBLE_"))}
+        env.update(
+            PATH=f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+            VAGRANT_HOME=str(workdir / "vagrant.d"), VAGRANT_DOTFILE_PATH=str(workdir / "dotfile"),
+            VAGRANT_CHECKPOINT_DISABLE="1",
+            TFHOST_VM_DRIVER=_domain_type(), TFHOST_VM_MEMORY="3072", TFHOST_VM_CPUS="2",
+            TFHOST_APT_PROXY=f"http://127.0.0.1:{proxy.port}/",
+            TFHOST_ANSIBLE_VARS=str(vars_file),
+            TFHOST_VAULT_PASSWORD_FILE=str(VAULT_PASSWORD),
+        )
+        with relay_ports(namespace, ports):
+            lab = Lab(namespace, env, workdir, proxy, vars_file)
+            try:
+                yield lab
+            finally:
+                if "destroy" not in lab.steps:
+                    lab.vagrant("destroy", "destroy", "-f", timeout=300)
+                (workdir / "times.json").write_text(json.dumps(lab.times, indent=1))
+                print(f"\nvagrant steps (s): {json.dumps(lab.times)}")
+
+
+@pytest.fixture(scope="module")
+def up(lab: Lab, box: Box) -> Step:
+    added = lab.vagrant("box-add", "box", "add", "--name", "tfhost/debian12",
+                        str(box.vagrant_box))
+    assert added.returncode == 0, added.output[-3000:]
+    return lab.vagrant("up", "up", "--provider=libvirt", timeout=3000)
+
+
+def test_vagrant_up_provisions_site_yml(up: Step) -> None:
+    assert up.returncode == 0, up.output[-6000:]
+    recap = up.recap()
+    assert recap["failed"] == 0 and recap["unreachable"] == 0 and recap["changed"] > 0, recap
+    # The driver role rebooted the guest, and the GPU steps met a host without a GPU.
+    assert "RUNNING HANDLER [nvidia_driver : Reboot to load the NVIDIA driver]" in up.output
+    assert "no GPU present" in up.output
+
+
+def test_the_bridge_lives_only_in_the_namespace(lab: Lab, up: Step) -> None:
+    inside = lab.namespace.run(["ip", "-4", "-br", "addr"]).stdout
+    outside = subprocess.run(["ip", "-4", "-br", "addr"], capture_output=True, text=True,
+                             check=True).stdout
+    assert "192.168.121.1/24" in inside
+    assert "192.168.121." not in outside
+
+
+def test_guest_is_the_vagrantfiles_domain(lab: Lab, up: Step) -> None:
+    assert up.returncode == 0, "vagrant up failed; see test_vagrant_up_provisions_site_yml"
+    [domain] = lab.namespace.run(["virsh", "-c", "qemu:///system", "list", "--name"]).stdout.split()
+    assert domain.endswith(f"_{GUEST}")
+    xml = lab.namespace.run(["virsh", "-c", "qemu:///system", "dumpxml", domain]).stdout
+    assert f"<domain type='{lab.env['TFHOST_VM_DRIVER']}'" in xml
+    assert "q35" in xml and "<hostdev" not in xml
+    ssh = lab.vagrant("ssh-hostname", "ssh", GUEST, "-c", "hostname; sudo -n id -u; "
+                      "systemctl is-system-running --wait; nvidia-smi -L 2>&1 || true")
+    assert ssh.returncode == 0, ssh.output[-2000:]
+    lines = [line.strip() for line in ssh.output.splitlines()]
+    assert lines[:3] == [GUEST, "0", "running"], ssh.output
+    assert "No devices were found" in ssh.output
+
+
+def test_apt_went_only_to_debians_mirror(lab: Lab, up: Step) -> None:
+    assert lab.proxy.log.requests > 0, "the guest's apt never used the proxy"
+    assert lab.proxy.log.refused == []
+
+
+def test_testinfra_suite_passes_through_vagrant_ssh_config(lab: Lab, up: Step) -> None:
+    assert up.returncode == 0, "vagrant up failed; see test_vagrant_up_provisions_site_yml"
+    config = lab.vagrant("ssh-config", "ssh-config", GUEST)
+    assert config.returncode == 0, config.output
+    ssh_config = lab.workdir / "ssh_config"
+    # testinfra runs one ssh per command: a shared master saves the handshakes.
+    ssh_config.write_text(config.output + f"  ControlMaster auto\n"
+                          f"  ControlPath {lab.workdir}/cm-%C\n  ControlPersist 30\n")
+    started = time.monotonic()
+    env = {**lab.env, "TFHOST_NGC_API_KEY": EXAMPLE_NGC_API_KEY}
+    try:
+        suite = lab.namespace.run(
+            [sys.executable, "-m", "pytest", "tests/infra", f"--hosts=ssh://{GUEST}",
+             f"--ssh-config={ssh_config}", "--sudo", "--tfhost-vars", str(lab.vars_file),
+             "-p", "no:cacheprovider", "-q", "-rs"],
+            cwd=REPO, env=env, timeout=900, check=False)
+    finally:
+        lab.namespace.run(["ssh", "-F", str(ssh_config), "-O", "exit", GUEST], check=False)
+    lab.times["tests/infra"] = round(time.monotonic() - started, 1)
+    assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
+    summary = suite.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary, summary
+    assert "no NVIDIA GPU on the target host" in suite.stdout, "GPU tests should skip here"
+
+
+def test_provision_again_changes_nothing(lab: Lab, up: Step) -> None:
+    assert up.returncode == 0, "vagrant up failed; see test_vagrant_up_provisions_site_yml"
+    again = lab.vagrant("provision", "provision", timeout=1800)
+    assert again.returncode == 0, again.output[-6000:]
+    recap = again.recap()
+    assert recap["changed"] == 0 and recap["failed"] == 0, recap
+
+
+def test_destroy_leaves_no_domain(lab: Lab, up: Step) -> None:
+    gone = lab.vagrant("destroy", "destroy", "-f", timeout=300)
+    assert gone.returncode == 0, gone.output[-3000:]
+    domains = lab.namespace.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"])
+    assert domains.stdout.split() == []
