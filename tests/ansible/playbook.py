@@ -75,8 +75,10 @@ def write_inventory(path: Path, container: str) -> Path:
                         container: {
                             "ansible_connection": "community.docker.docker",
                             "ansible_python_interpreter": "/usr/bin/python3",
-                            # docker exec is already root; there is no sudo to become with.
-                            "ansible_become": False,
+                            # docker exec is already root; su (no password from root)
+                            # is how tasks become another user (become_user), as
+                            # the ngc and tensorflow_host roles do.
+                            "ansible_become_method": "su",
                         }
                     }
                 }

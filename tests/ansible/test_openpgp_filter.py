@@ -68,3 +68,26 @@ def test_armor_headers_are_ignored(tmp_path: Path) -> None:
 def test_non_keys_are_refused(text: str) -> None:
     with pytest.raises(AnsibleFilterError):
         openpgp_fingerprints(text)
+
+
+def test_two_key_block_lists_both_primary_keys_and_no_subkey(tmp_path: Path) -> None:
+    """repo_trust refuses a block unless its only primary key is the pinned one: it sees all."""
+    home = tmp_path / "gnupg"
+    first, first_fingerprint = _gpg_key(home, "ed25519")
+    env = {**os.environ, "GNUPGHOME": str(home)}
+    gpg = ["gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
+    try:
+        # A subkey of the first key (as vendors' keys have) is not a key of its own.
+        subprocess.run([*gpg, "--quick-add-key", first_fingerprint, "cv25519", "encr", "never"],
+                       env=env, check=True, capture_output=True)
+        second_home = tmp_path / "second"
+        second, second_fingerprint = _gpg_key(second_home, "ed25519")
+        subprocess.run([*gpg, "--import"], input=second, env=env, check=True, capture_output=True,
+                       text=True)
+        block = subprocess.run([*gpg, "--armor", "--export"], env=env, check=True,
+                               capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["gpgconf", "--kill", "all"], env=env, check=False, capture_output=True)
+    assert block.count("BEGIN PGP PUBLIC KEY BLOCK") == 1
+    assert first != block
+    assert openpgp_fingerprints(block) == [first_fingerprint, second_fingerprint]

@@ -128,7 +128,8 @@ def test_wrong_key_stops_the_play_at_the_repository(scenarios: Scenarios) -> Non
     run = result.wrong_key
     assert run.returncode != 0
     assert run.recap["failed"] == 1
-    assert run.failed_task == "nvidia_driver : Check the key's fingerprint before trusting it"
+    assert run.failed_task == (
+        "repo_trust : Check the key's fingerprint before trusting it (the pinned key and no other)")
     assert "Refusing NVIDIA's CUDA repository" in run.output
     assert scenarios.lab.repos.impostor_fingerprint in run.output
     assert "nvidia-cuda.list" not in result.sources_after_wrong_key
@@ -137,7 +138,8 @@ def test_wrong_key_stops_the_play_at_the_repository(scenarios: Scenarios) -> Non
 def test_repository_signed_by_another_key_is_rejected_by_apt(scenarios: Scenarios) -> None:
     run = scenarios.fresh.result().wrong_signer
     assert run.returncode != 0
-    assert run.failed_task == "nvidia_driver : Read the CUDA repository index", run.explain()
+    refresh = "repo_trust : Read the index of NVIDIA's CUDA repository"
+    assert run.failed_task == refresh, run.explain()
     assert "NO_PUBKEY" in run.output or "not signed" in run.output, run.explain()
 
 

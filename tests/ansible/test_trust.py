@@ -1,0 +1,159 @@
+"""Repository trust on a real Debian 12 host: only the pinned key, and an interrupted run recovers.
+
+Each test boots its own fresh target container (tests/ansible/target.py) and
+runs site.yml's nvidia_driver role against the stub CUDA repository
+(tests/ansible/trust_lab.py adds the hostile variants).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.ansible.target import TEST_USER
+from tests.ansible.trust_lab import TWO_KEYS, TrustLab, trust_lab
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(900)]
+
+SUFFIX = str(os.getpid())
+
+
+def _task_status(output: str, task: str) -> str:
+    """The first word after the banner of `task` ("ok", "changed", "skipping", "fatal", or "")."""
+    lines = output.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith(f"TASK [{task}]"):
+            for after in lines[index + 1:]:
+                if after.startswith("TASK ["):
+                    return ""
+                word = after.split(":", 1)[0]
+                if word in ("ok", "changed", "skipping", "fatal", "failed"):
+                    return word
+    return ""
+
+
+@pytest.fixture(scope="module")
+def lab(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrustLab]:
+    with trust_lab(tmp_path_factory.mktemp("trust")) as built:
+        yield built
+
+
+def test_key_block_with_a_second_key_is_refused_and_its_release_never_read(lab: TrustLab) -> None:
+    """A mirror serves the pinned key plus its own, and a Release signed by its own.
+
+    Before the fix the pinned fingerprint was found "among" the keys, both were
+    installed as the signed-by keyring, and apt accepted the mirror's Release.
+    """
+    host, inventory = lab.start(f"tfhost-trust-keys-{SUFFIX}")
+    try:
+        run = lab.run(inventory, "two-keys", {
+            "nvidia_driver_cuda_repo_base_url": f"{lab.base_url}/evil/compute/cuda/repos",
+            "nvidia_driver_cuda_repo_key_url": f"{lab.base_url}/{TWO_KEYS}",
+        }, "--tags", "nvidia_driver")
+        sources = host.exec("ls", "/etc/apt/sources.list.d/", "/etc/apt/keyrings/").stdout
+        lists = host.exec("ls", "/var/lib/apt/lists/").stdout
+    finally:
+        host.remove()
+    assert run.returncode != 0, run.explain()
+    assert run.recap["failed"] == 1, run.explain()
+    assert run.failed_task == (
+        "repo_trust : Check the key's fingerprint before trusting it (the pinned key and no other)"
+    ), run.explain()
+    flat = " ".join(run.output.split())
+    assert "Refusing NVIDIA's CUDA repository:" in flat
+    pinned, extra = lab.repos.cuda_fingerprint, lab.extra_fingerprint
+    assert f"holds the pinned key {pinned} and also {extra};" in flat
+    # Nothing was written, and apt never fetched (let alone accepted) the mirror's Release.
+    assert "nvidia-cuda" not in sources
+    assert "evil" not in lists
+    assert "/evil/" not in lab.http_log.read_text()
+
+
+def test_run_interrupted_before_the_index_refresh_recovers(lab: TrustLab) -> None:
+    """The first run writes the sources file, then dies reading the index (repository down).
+
+    The next run finds the sources file unchanged. Before the fix it skipped
+    the refresh (the index was "fresh" by cache_valid_time) and failed with no
+    installation candidate for the driver, for an hour.
+    """
+    host, inventory = lab.start(f"tfhost-trust-interrupted-{SUFFIX}")
+    mirror = {
+        # The kernel headers are not what this test is about (the converge installs them); a
+        # package already present keeps their download out of it.
+        "nvidia_driver_kernel_headers_packages": ["kmod"],
+        "nvidia_driver_cuda_repo_base_url": f"{lab.flaky_url}/compute/cuda/repos",
+        "nvidia_driver_cuda_repo_key_url": (
+            f"{lab.base_url}/compute/cuda/repos/debian12/x86_64/3bf863cc.pub"),
+    }
+    try:
+        lab.cuda_repo_online(False)
+        first = lab.run(inventory, "interrupted-1", mirror, "--tags", "nvidia_driver")
+        written = host.exec("test", "-e", "/etc/apt/sources.list.d/nvidia-cuda.list",
+                            check=False).returncode == 0
+        lab.cuda_repo_online(True)
+        second = lab.run(inventory, "interrupted-2", mirror, "--tags", "nvidia_driver")
+        smi = host.exec("test", "-x", "/usr/bin/nvidia-smi", check=False).returncode == 0
+    finally:
+        lab.cuda_repo_online(True)
+        host.remove()
+    refresh = "repo_trust : Read the index of NVIDIA's CUDA repository"
+    assert first.returncode != 0
+    assert "index" in first.failed_task, first.explain()  # stopped at the refresh, not before
+    assert written, "the first run should have written the sources file before it stopped"
+    assert second.returncode == 0, second.explain()
+    assert _task_status(second.output, refresh) == "changed", second.explain()
+    assert smi, "the driver (nvidia-smi) was not installed by the second run"
+
+
+# A stand-in for a virtual environment the owner controls: every program in it
+# records who ran it. Root must never be among them.
+PLANTED_PROGRAM = """#!/bin/sh
+id -u >>/var/tmp/tfvenv-ran-as
+case "$*" in
+  *import*) echo "2.19.0 0" ;;
+esac
+exit 0
+"""
+
+
+def test_no_root_through_user_owned_paths(lab: TrustLab) -> None:
+    """~/.docker -> /etc/docker, and a venv its owner can change: root follows neither.
+
+    Before the fix the ngc role created ~/.docker as root, following the link
+    (chowning /etc/docker to the user), and tensorflow_host ran the venv's pip
+    and python as root.
+    """
+    host, inventory = lab.start(f"tfhost-trust-symlinks-{SUFFIX}")
+    try:
+        host.exec("su", "-", TEST_USER, "-c", "ln -s /etc/docker ~/.docker")
+        ngc = lab.run(inventory, "symlinked-docker-config", {"ngc_users": [TEST_USER]},
+                      "--tags", "ngc")
+        etc_docker = host.exec("stat", "-c", "%U %a", "/etc/docker").stdout.split()
+        etc_docker_files = host.exec("ls", "/etc/docker").stdout.split()
+
+        venv = "/opt/tfvenv"
+        host.exec("install", "-d", "-o", TEST_USER, "-m", "0755", venv, f"{venv}/bin")
+        host.exec("su", TEST_USER, "-c", f"touch {venv}/bin/activate")
+        for program in ("pip", "python"):
+            host.exec("su", TEST_USER, "-c", f"cat >{venv}/bin/{program} && chmod 0755 "
+                      f"{venv}/bin/{program}", stdin=PLANTED_PROGRAM)
+        venv_run = lab.run(inventory, "user-owned-venv", {
+            "tensorflow_host_enabled": True, "tensorflow_host_venv": venv,
+            "tensorflow_host_owner": TEST_USER}, "--tags", "tensorflow_host")
+        ran_as = host.exec("cat", "/var/tmp/tfvenv-ran-as", check=False).stdout.split()
+        user_uid = host.exec("id", "-u", TEST_USER).stdout.strip()
+    finally:
+        host.remove()
+    # What an attacker gets, first: /etc/docker stays root's, root runs nothing of the user's.
+    assert etc_docker == ["root", "755"], "the ngc role followed the user's symlink"
+    assert "config.json" not in etc_docker_files
+    assert ran_as, "neither pip nor python of the venv ran: nothing was checked"
+    assert set(ran_as) == {user_uid}, f"the venv's programs ran as uids {ran_as}"
+    # Then how: the ngc role refuses the symlink in one clear message; the venv run succeeds.
+    assert ngc.returncode != 0
+    assert ngc.failed_task == "ngc : Refuse a Docker config that is a symlink or not the user's own"
+    flat = " ".join(ngc.output.split())
+    assert f"/home/{TEST_USER}/.docker is a symlink to /etc/docker" in flat
+    assert venv_run.returncode == 0, venv_run.explain()
