@@ -96,7 +96,7 @@ def run_playbook(
     *options: str,
     playbook: str = "site.yml",
     vault: Path | None = VAULT,
-    timeout: float = 900,
+    timeout: float = 2400,
 ) -> PlaybookRun:
     """Run `ansible-playbook` from ansible/ with the vault password example and extra vars files."""
     args = [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, "-v"]

@@ -18,6 +18,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from tests.ansible.platforms import DEBIAN12, Platform
 from tests.support.docker_engine import build_base_image
 
 TARGET_PACKAGES = ",".join(
@@ -85,8 +86,8 @@ class TargetHost:
         docker("rm", "--force", "--volumes", self.name, check=False, timeout=60)
 
 
-def start_target(image: str, name: str) -> TargetHost:
-    """Boot `image` with systemd and prepare it like a freshly installed server."""
+def start_target(image: str, name: str, platform: Platform = DEBIAN12) -> TargetHost:
+    """Boot `image` with systemd and prepare it like a freshly installed `platform` server."""
     docker("rm", "--force", "--volumes", name, check=False)
     docker(
         "run", "--detach", "--name", name, "--hostname", name,
@@ -103,7 +104,7 @@ def start_target(image: str, name: str) -> TargetHost:
     host = TargetHost(name)
     try:
         _wait_for_systemd(host)
-        _prepare(host)
+        _prepare(host, platform)
     except Exception:
         host.remove()
         raise
@@ -121,12 +122,15 @@ def _wait_for_systemd(host: TargetHost, timeout: float = 60) -> None:
     raise RuntimeError(f"systemd in {host.name} did not finish booting (state: {state!r})")
 
 
-def _prepare(host: TargetHost) -> None:
-    """Make the container look like a fresh Debian 12 server with one user.
+def _prepare(host: TargetHost, platform: Platform) -> None:
+    """Make the container look like a fresh server of `platform` with one user.
 
     A fresh install has apt lists (the base image had them removed to stay
     small) and does not install Recommends on servers built for a purpose.
+    A stand-in OS gets its identity files here (tests/ansible/platforms.py).
     """
+    for path, content in platform.identity_files.items():
+        host.exec("tee", path, stdin=content)
     host.exec("systemctl", "mask", "--now", *MASKED_UNITS, check=False)
     host.exec("sh", "-c", "printf 'APT::Install-Recommends \"false\";\\n' "
               ">/etc/apt/apt.conf.d/90-no-recommends")

@@ -31,7 +31,7 @@ from tests.ansible.playbook import (
 from tests.ansible.target import PREEXISTING_DAEMON_JSON
 from tests.ansible.timings import record_timing
 
-pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(3600)]
 
 
 # --- converge and idempotence -------------------------------------------------------
@@ -197,17 +197,24 @@ def test_gpu_below_compute_capability_fails_naming_the_card(scenarios: Scenarios
 
 
 def test_supported_gpus_pass_and_start_the_persistence_daemon(scenarios: Scenarios) -> None:
-    _set_stub_gpus(scenarios, ["NVIDIA A100-SXM4-40GB, 8.0, 40960"])
+    """The daemon runs, and every GPU reports persistence mode on (the stub starts with it off)."""
+    _set_stub_gpus(scenarios, ["NVIDIA A100-SXM4-40GB, 8.0, 40960",
+                               "NVIDIA H100 80GB HBM3, 9.0, 81559"])
+    host = scenarios.converge.result().host
     try:
         run = _rerun(scenarios, "good-gpu", "--tags", "nvidia_driver")
-        running = scenarios.converge.result().host.exec(
-            "systemctl", "is-active", "nvidia-persistenced", check=False).stdout.strip()
+        running = host.exec("systemctl", "is-active", "nvidia-persistenced",
+                            check=False).stdout.strip()
+        report = host.exec("nvidia-smi", "-q", check=False).stdout
     finally:
         _set_stub_gpus(scenarios, [])
-        scenarios.converge.result().host.exec("systemctl", "stop", "nvidia-persistenced")
+        host.exec("systemctl", "stop", "nvidia-persistenced")
+        host.exec("rm", "-f", "/run/nvidia-stub/persistence-mode")
     assert run.returncode == 0, run.explain()
     assert "NVIDIA A100-SXM4-40GB, 8.0" in run.output
     assert running == "active"
+    modes = [" ".join(line.split()) for line in report.splitlines() if "Persistence Mode" in line]
+    assert modes == ["Persistence Mode : Enabled"] * 2, report
 
 
 def test_cdi_spec_is_generated_for_the_gpus_and_kept_current(scenarios: Scenarios) -> None:
@@ -297,3 +304,4 @@ def test_mistyped_variable_fails_before_anything_runs(scenarios: Scenarios) -> N
     assert run.failed_task == (
         "Check every role's variables against its argument spec before anything changes"
     )
+

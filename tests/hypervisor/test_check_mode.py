@@ -166,3 +166,16 @@ def test_the_argument_spec_rejects_an_unknown_iommu_choice(tmp_path: Path) -> No
     assert play.returncode != 0
     _, message = play.failure(HOST)
     assert "gpu_passthrough_iommu" in message and "intel" in message
+
+
+def test_builtin_vfio_pci_gets_the_ids_on_the_kernel_command_line(tmp_path: Path) -> None:
+    """Ubuntu's kernels build vfio-pci in: modprobe.d options never reach it there."""
+    builtin = tmp_path / "modules.builtin"
+    builtin.write_text("kernel/drivers/vfio/vfio.ko\nkernel/drivers/vfio/pci/vfio-pci-core.ko\n"
+                       "kernel/drivers/vfio/pci/vfio-pci.ko\n")
+    play = check(tmp_path, SEED_HOST, gpu_passthrough_iommu="intel",
+                 gpu_passthrough_modules_builtin_file=str(builtin))
+    assert play.returncode == 0, play.output[-4000:]
+    assert ('intel_iommu=on iommu=pt vfio-pci.ids=10de:15f8 vfio-pci.disable_vga=1"'
+            in play.rendered(HOST, GRUB_TASK))
+

@@ -11,16 +11,29 @@ from tests.infra.helpers import held_packages, installed_version
 DEBIAN_DRIVER_PACKAGES = ["nvidia-driver-cuda", "nvidia-smi", "nvidia-persistenced"]
 
 
-@pytest.mark.usefixtures("debian_family")
-def test_driver_packages_are_on_the_pinned_branch(host: Any, tfvars: dict[str, Any]) -> None:
-    if host.system_info.distribution == "ubuntu":
-        pytest.skip("Ubuntu names the packages by branch; the name is the pin")
+def driver_packages(host: Any, tfvars: dict[str, Any]) -> list[str]:
+    """The compute-only set the play installs for this distribution, branch and module flavour."""
     branch = str(tfvars["nvidia_driver_branch"])
     flavour = tfvars["nvidia_driver_kernel_modules"]
     if flavour == "auto":  # the role chose from the GPUs: whichever flavour is installed
-        flavour = "open" if installed_version(host, "nvidia-kernel-open-dkms") else "proprietary"
-    modules = "nvidia-kernel-open-dkms" if flavour == "open" else "nvidia-kernel-dkms"
-    for name in [*DEBIAN_DRIVER_PACKAGES, modules]:
+        open_package = "nvidia-kernel-open-dkms"
+        if host.system_info.distribution == "ubuntu":
+            open_package = f"nvidia-dkms-{branch}-open"
+        flavour = "open" if installed_version(host, open_package) else "proprietary"
+    is_open = flavour == "open"
+    if host.system_info.distribution == "ubuntu":
+        # Ubuntu names every package by branch: the name is part of the pin.
+        suffix = "-open" if is_open else ""
+        return [f"nvidia-headless-{branch}{suffix}", f"nvidia-dkms-{branch}{suffix}",
+                f"nvidia-utils-{branch}", f"nvidia-compute-utils-{branch}"]
+    modules = "nvidia-kernel-open-dkms" if is_open else "nvidia-kernel-dkms"
+    return [*DEBIAN_DRIVER_PACKAGES, modules]
+
+
+@pytest.mark.usefixtures("debian_family")
+def test_driver_packages_are_on_the_pinned_branch(host: Any, tfvars: dict[str, Any]) -> None:
+    branch = str(tfvars["nvidia_driver_branch"])
+    for name in driver_packages(host, tfvars):
         version = installed_version(host, name)
         assert version.startswith(f"{branch}."), f"{name} is {version or 'not installed'}"
 
@@ -30,10 +43,8 @@ def test_driver_packages_are_held(host: Any, tfvars: dict[str, Any]) -> None:
     if not tfvars["nvidia_driver_hold"]:
         pytest.skip("nvidia_driver_hold is false")
     held = held_packages(host)
-    driver = {name for name in held if name.startswith(("nvidia-", "libnvidia-", "libcuda"))}
-    assert driver, f"no driver package is held (held: {sorted(held)})"
-    if host.system_info.distribution == "debian":
-        assert set(DEBIAN_DRIVER_PACKAGES) <= held
+    missing = set(driver_packages(host, tfvars)) - held
+    assert not missing, f"not held: {sorted(missing)} (held: {sorted(held)})"
 
 
 def test_nouveau_is_blacklisted(host: Any, tfvars: dict[str, Any]) -> None:
