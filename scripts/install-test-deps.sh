@@ -5,13 +5,15 @@
 # the shell linter, chromium (the sweep's HTML explorer test), gnupg/apt-utils/dpkg-dev
 # (signed stub apt repositories), slurm-wlm/munge (local SLURM cluster), qemu-system-x86 and
 # qemu-utils (the VM tests boot the box), e2fsprogs/fdisk/openssh-client (scripts/build-box.sh
-# writes the disk and the box's key), vagrant/vagrant-libvirt (`vagrant validate` of the Vagrantfile).
+# writes the disk and the box's key), vagrant/vagrant-libvirt (`vagrant validate` of the Vagrantfile),
+# debian-archive-keyring/gpgv (debootstrap checks the mirror's signature against them).
 set -euo pipefail
 
 packages=(
   python3-venv docker.io debootstrap shellcheck chromium gnupg apt-utils dpkg-dev
   ca-certificates iproute2 slurm-wlm munge
   qemu-system-x86 qemu-utils e2fsprogs fdisk openssh-client vagrant vagrant-libvirt
+  debian-archive-keyring gpgv
 )
 packages+=("$@")
 
