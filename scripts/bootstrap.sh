@@ -33,4 +33,13 @@ if [[ ! -x .venv/bin/python ]]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
+# The runtime set first, exactly as locked, every file checked against its hash
+# (requirements/*.txt, from scripts/lock-deps.sh; the images install the same files).
+# The dev tools are not hash-locked: see README.md "Dependencies" for why.
+case ",$extras," in
+  *,gpu,*) lock=requirements/gpu.txt ;;
+  *) lock=requirements/cpu.txt ;;
+esac
+.venv/bin/python -m pip install -q --require-hashes --no-deps -r "$lock" \
+  || die "installing $lock failed (a hash mismatch means a file differs from the locked one)"
 .venv/bin/python -m pip install -q -e ".[$extras]"

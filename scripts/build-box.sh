@@ -5,7 +5,11 @@
 # what `vagrant up` boots on a real hypervisor and what tests/vm boots with QEMU.
 #
 #   scripts/build-box.sh [--suite bookworm] [--mirror URL] [--size 12G]
-#                        [--cache DIR] [--include pkg1,pkg2]
+#                        [--cache DIR] [--include pkg1,pkg2] [--keyring FILE]
+#
+# The mirror's Release file must be signed by a key in Debian's archive keyring
+# (debian-archive-keyring; another with --keyring or $DEBIAN_KEYRING): debootstrap
+# gets the keyring explicitly, because without one it warns and goes on unverified.
 #
 # Steps: debootstrap (two stages, services kept from starting) into a folder,
 # configure it (vagrant user + generated SSH key, DHCP via systemd-networkd,
@@ -34,6 +38,7 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 size=12G
 cache=${TFHOST_BOX_CACHE:-/var/cache/tfhost-box}
 extra=""
+keyring=${DEBIAN_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --suite) suite=${2:?}; shift 2 ;;
@@ -41,7 +46,8 @@ while [[ $# -gt 0 ]]; do
     --size) size=${2:?}; shift 2 ;;
     --cache) cache=${2:?}; shift 2 ;;
     --include) extra=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --keyring) keyring=${2:?}; shift 2 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1; see $0 --help" ;;
   esac
 done
@@ -50,10 +56,12 @@ done
 (( ${size%G} >= 4 )) || die "--size $size is too small for the provisioned host; use 4G or more"
 [[ $(id -u) -eq 0 ]] || die "debootstrap and chroot need root; run as root"
 for tool in debootstrap:debootstrap qemu-img:qemu-utils mke2fs:e2fsprogs sfdisk:fdisk \
-            ssh-keygen:openssh-client; do
+            ssh-keygen:openssh-client gpgv:gpgv; do
   command -v "${tool%%:*}" >/dev/null \
     || die "${tool%%:*} not found; install it: apt-get install -y ${tool#*:}"
 done
+
+[[ -s $keyring ]] || die "Debian archive keyring $keyring not found; install it (apt-get install -y debian-archive-keyring) or pass --keyring FILE"
 
 # What every box has: an init, a kernel sized for VMs, a bootloader, what Ansible
 # needs on the managed side (python3, python3-apt, sudo, ssh), and lspci, which
@@ -92,6 +100,7 @@ in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
 
 step "debootstrap $suite from $mirror (first stage)"
 debootstrap --foreign --variant=minbase --components=main --include="$packages" \
+  --keyring="$keyring" \
   "$suite" "$root" "$mirror" >>"$log" 2>&1 || fail_with_log "debootstrap of $suite from $mirror failed"
 
 # A chroot has no init: keep package scripts from starting sshd & co on the host.

@@ -8,6 +8,7 @@
 # writes the disk and the box's key), vagrant/vagrant-libvirt (`vagrant validate` of the Vagrantfile),
 # libvirt-daemon-system/libvirt-clients/dnsmasq-base/iptables (`vagrant up` in a test's own network
 # namespace: libvirtd, its management network's DHCP and NAT rules; tests/vm/test_vagrant_up.py).
+# debian-archive-keyring/gpgv (debootstrap checks the mirror's signature against them).
 set -euo pipefail
 
 packages=(
@@ -15,6 +16,7 @@ packages=(
   ca-certificates iproute2 slurm-wlm munge
   qemu-system-x86 qemu-utils e2fsprogs fdisk openssh-client vagrant vagrant-libvirt
   libvirt-daemon-system libvirt-clients dnsmasq-base iptables
+  debian-archive-keyring gpgv
 )
 packages+=("$@")
 

@@ -8,6 +8,15 @@ buffers and a 64 MiB stack. The results directory is mounted at ``/results``
 and the container runs as the calling user, so the records it writes belong to
 whoever started the run. Its log is streamed live; the container is removed
 when it ends, when the time limit stops it, and on Ctrl-C.
+
+Least privilege: the workloads need no Linux capability (they run as an
+ordinary uid, write only to the mounted results directory, and the GPUs come
+through the device request, not through a capability), so every capability is
+dropped and ``no-new-privileges`` stops a setuid binary in the image from
+regaining any. The network is the engine's default (an isolated namespace with
+outbound access, for dataset and weight downloads) unless the caller asks for
+another: ``host`` shares the host's network stack, its loopback services
+included, and so is used only when asked for.
 """
 
 from __future__ import annotations
@@ -32,6 +41,9 @@ STACK_BYTES = 67108864
 LABEL = "tfhost.runner"
 TIMEOUT_EXIT_CODE = 124  # what coreutils `timeout` returns, so scripts can tell
 STOP_GRACE_S = 10
+# No capability is needed by any workload (see the module docstring).
+CAP_DROP = ("ALL",)
+SECURITY_OPT = ("no-new-privileges",)
 
 # What dockerd answers when a GPU is requested and no NVIDIA runtime hook is
 # installed: "could not select device driver "" with capabilities: [[gpu]]".
@@ -87,7 +99,7 @@ class RunSpec:
     gpus: Gpus = None
     results_dir: Path | None = None
     environment: Mapping[str, str] = field(default_factory=dict)
-    network_mode: str = "host"
+    network_mode: str | None = None  # None: the engine's default network
     user: str | None = field(default_factory=calling_user)
     timeout_s: float | None = None
     shm_size: str = SHM_SIZE
@@ -108,10 +120,13 @@ def container_options(spec: RunSpec) -> dict[str, Any]:
             Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES),
         ],
         "environment": dict(spec.environment),
-        "network_mode": spec.network_mode,
+        "cap_drop": list(CAP_DROP),
+        "security_opt": list(SECURITY_OPT),
         "init": True,  # docker-init forwards SIGTERM, so a stop ends the run promptly
         "labels": {LABEL: "1"},
     }
+    if spec.network_mode:
+        options["network_mode"] = spec.network_mode
     if spec.user:
         options["user"] = spec.user
     if spec.name:

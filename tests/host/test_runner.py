@@ -67,7 +67,7 @@ def test_all_gpus_request_in_host_config(created: Any, tmp_path: Path) -> None:
         {"Name": "memlock", "Soft": -1, "Hard": -1},
         {"Name": "stack", "Soft": 67108864, "Hard": 67108864},
     ]
-    assert host["NetworkMode"] == "host"
+    assert host["NetworkMode"] == "default"  # not the host's network unless asked
     assert host["Init"] is True
     assert host["Binds"] == [f"{(tmp_path / 'r').resolve()}:/results:rw"]
     assert attrs["Config"]["User"] == calling_user()
@@ -83,6 +83,34 @@ def test_chosen_gpus_request_in_host_config(created: Any) -> None:
          "Options": {}}
     ]
     assert attrs["HostConfig"]["NetworkMode"] == "none"
+
+
+def test_least_privilege_in_host_config(created: Any) -> None:
+    """No capability, no privilege gain, and the host's network only when asked for."""
+    for asked, expected in ((None, "default"), ("none", "none"), ("host", "host")):
+        host = created(command=["check"], network_mode=asked)["HostConfig"]
+        assert host["CapDrop"] == ["ALL"]
+        assert not host["CapAdd"]
+        assert host["SecurityOpt"] == ["no-new-privileges"]
+        assert host["Privileged"] is False
+        assert host["NetworkMode"] == expected
+
+
+def test_cli_uses_the_host_network_only_when_asked(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    import tfhost.runner
+
+    seen: list[Any] = []
+
+    def fake_run(spec: Any, **_: Any) -> int:
+        seen.append(spec)
+        return 0
+
+    monkeypatch.setattr(tfhost.runner, "run", fake_run)
+    base = ["run", "img", "--gpus", "none", "--results", str(tmp_path)]
+    assert tfhost_cli.run_in_process([*base, "--", "check"]) == 0
+    assert tfhost_cli.run_in_process([*base, "--network", "host", "--", "check"]) == 0
+    assert [spec.network_mode for spec in seen] == [None, "host"]
 
 
 def test_no_gpu_means_no_device_request(created: Any) -> None:

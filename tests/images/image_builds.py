@@ -1,12 +1,16 @@
 """Build the images for the tests, the way a site behind a TLS proxy would.
 
-The build context is the repository as ``.dockerignore`` filters it (what
-``docker build .`` sends), plus the host's CA bundle as
-``images/build-ca/host.crt``: this machine reaches PyPI only through a
-TLS-inspecting proxy, exactly the case images/build-ca/ exists for. The base
-is the debootstrap image of tests/support (Debian 12 + python3). The VGG19
-weights are baked in from a mirror on 127.0.0.1 (WORKLOADS_VGG19_URL), so the
-bake step is exercised without the internet. The engine keeps its layer cache
+The builds run through BuildKit (the Docker CLI; docker-py speaks only the
+classic builder, which knows neither secret nor cache mounts), from the
+repository as ``.dockerignore`` filters it, with the host's CA bundle passed as
+the secret ``build-ca``: this machine reaches PyPI only through a
+TLS-inspecting proxy, exactly the case that secret exists for. The bundle
+carries ``CA_MARKER``, so a test can prove that no layer holds it. pip's
+downloads live in the cache mount ``tfhost-pip`` of the engine, shared by the
+builds of one run (tensorflow's wheels are fetched once). The base is the
+debootstrap image of tests/support (Debian 12 + python3). The VGG19 weights
+are baked in from a mirror on 127.0.0.1 (WORKLOADS_VGG19_URL), so the bake
+step is exercised without the internet. The engine keeps its layer cache
 between runs: a rebuild after a source change redoes only the last layers. The
 ngc Dockerfile is built on a stand-in for NGC's image (see build_ngc_on_standin).
 
@@ -21,8 +25,11 @@ import contextlib
 import functools
 import hashlib
 import http.server
-import io
-import tarfile
+import os
+import re
+import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,36 +40,23 @@ from tests.support.loopback_http import base_url, loopback_server
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = "images/cpu/Dockerfile"
-TAG = "tfhost/workloads:cpu-test"
+# Tags carry a hash of the checkout's path: two checkouts sharing one engine (several
+# developers on one machine) must not replace, and then delete, each other's images.
+CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
+TAG = f"tfhost/workloads:cpu-test-{CHECKOUT}"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 DOCKERD_PIDFILE = Path("/run/tfhost-docker/dockerd.pid")
 FAKE_WEIGHTS = b"stand-in for vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5\n"
 FAKE_WEIGHTS_MD5 = hashlib.md5(FAKE_WEIGHTS, usedforsecurity=False).hexdigest()
 MIRROR_PORT = 38719
+# A comment line in the CA secret: harmless to TLS, easy to look for in a layer.
+CA_MARKER = b"# tfhost build-ca secret: must never appear in an image layer"
+PIP_TAG = f"tfhost/workloads:pip-test-{CHECKOUT}"
+PIP_DOCKERFILE = "images/pip/Dockerfile"
 # Build time of the last build in this session, for the report (cold vs warm).
 BUILD_SECONDS: dict[str, float] = {}
-
-
-def context_tar(extra: dict[str, bytes] | None = None) -> io.BytesIO:
-    """The repository filtered by .dockerignore, as docker-py would send it, plus ``extra``."""
-    from docker.utils.build import exclude_paths
-
-    patterns = [
-        line.strip()
-        for line in (REPO / ".dockerignore").read_text().splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for rel in sorted(exclude_paths(str(REPO), patterns)):
-            tar.add(REPO / rel, arcname=rel, recursive=False)
-        for name, data in (extra or {}).items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    return buf
+# BuildKit's plain-progress log of that build: which steps ran and which were CACHED.
+BUILD_LOGS: dict[str, str] = {}
 
 
 @contextmanager
@@ -85,8 +79,39 @@ def weights_mirror() -> Iterator[str]:
         yield f"{base_url(server)}/vgg19.h5"
 
 
-def build(dockerfile: str, tag: str, context: io.BytesIO, buildargs: dict[str, str]) -> str:
-    """Build ``dockerfile`` from ``context`` on the engine (host network); returns ``tag``."""
+def buildkit_command() -> list[str]:
+    """A Docker CLI that builds with BuildKit: ``buildx`` where installed, else a CLI
+    older than 23 (Debian 12's docker.io), whose own ``build`` uses BuildKit when
+    DOCKER_BUILDKIT=1; newer CLIs without buildx can no longer do that."""
+    for docker in dict.fromkeys(filter(None, (shutil.which("docker"), "/usr/bin/docker"))):
+        probe = subprocess.run([docker, "buildx", "version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return [docker, "buildx", "build"]
+        version = subprocess.run([docker, "version", "--format", "{{.Client.Version}}"],
+                                 capture_output=True, text=True, check=False).stdout
+        major = re.match(r"(\d+)\.", version.strip())
+        if major and int(major.group(1)) < 23:
+            return [docker, "build"]
+    raise RuntimeError("no Docker CLI with BuildKit: install docker-buildx, or Debian's docker.io")
+
+
+@contextmanager
+def ca_secret() -> Iterator[Path]:
+    """The host's CA bundle plus CA_MARKER, in a private temporary file."""
+    data = (HOST_CA.read_bytes() if HOST_CA.is_file() else b"") + b"\n" + CA_MARKER + b"\n"
+    with tempfile.TemporaryDirectory(prefix="tfhost-build-ca.") as folder:
+        path = Path(folder) / "build-ca.pem"
+        path.write_bytes(data)
+        path.chmod(0o600)
+        yield path
+
+
+def build(dockerfile: str, tag: str, buildargs: dict[str, str],
+          context: Path = REPO) -> str:
+    """Build ``dockerfile`` (relative to ``context``) with BuildKit on the engine; returns ``tag``.
+
+    Host network (the engine has no bridge); the CA bundle as the ``build-ca`` secret.
+    """
     import docker
 
     client = docker.from_env()
@@ -94,18 +119,20 @@ def build(dockerfile: str, tag: str, context: io.BytesIO, buildargs: dict[str, s
         previous = client.images.get(tag).id
     except docker.errors.ImageNotFound:
         previous = None
-    log: list[str] = []
-    start = time.monotonic()
-    stream = client.api.build(
-        fileobj=context, custom_context=True, dockerfile=dockerfile, tag=tag,
-        buildargs=buildargs, network_mode="host", rm=True, forcerm=True, decode=True,
-    )
-    for chunk in stream:
-        if "error" in chunk:
-            tail = "".join(log[-30:])
-            raise RuntimeError(f"build of {tag} failed: {chunk['error']}\n{tail}")
-        log.append(chunk.get("stream", ""))
+    with ca_secret() as secret:
+        command = [*buildkit_command(), "--progress=plain", "--network", "host",
+                   "--secret", f"id=build-ca,src={secret}", "-f", str(context / dockerfile),
+                   "-t", tag]
+        for name, value in buildargs.items():
+            command += ["--build-arg", f"{name}={value}"]
+        start = time.monotonic()
+        result = subprocess.run([*command, str(context)], capture_output=True, text=True,
+                                check=False, env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-40:])
+        raise RuntimeError(f"build of {tag} failed (exit {result.returncode}):\n{tail}")
     BUILD_SECONDS[tag] = time.monotonic() - start
+    BUILD_LOGS[tag] = result.stderr + result.stdout
     if previous and previous != client.images.get(tag).id:
         # The old image would stay behind untagged after every source change; its
         # layers shared with the new one (TensorFlow, dependencies) are kept.
@@ -114,11 +141,16 @@ def build(dockerfile: str, tag: str, context: io.BytesIO, buildargs: dict[str, s
     return tag
 
 
-def _host_ca() -> dict[str, bytes]:
-    return {"images/build-ca/host.crt": HOST_CA.read_bytes()} if HOST_CA.is_file() else {}
+def steps_run(log: str) -> list[str]:
+    """The Dockerfile steps a BuildKit build executed, from its plain-progress log: every
+    ``#N [stage i/n] STEP`` whose vertex N was not reported ``CACHED`` (FROM lines aside)."""
+    steps = dict(re.findall(r"^#(\d+) \[[^\]]*\d+/\d+\] (.+)$", log, re.MULTILINE))
+    cached = set(re.findall(r"^#(\d+) CACHED$", log, re.MULTILINE))
+    return [step.strip() for number, step in steps.items()
+            if number not in cached and not step.startswith("FROM ")]
 
 
-def _bake_args(url: str) -> dict[str, str]:
+def bake_args(url: str) -> dict[str, str]:
     return {"BAKE_VGG19": "1", "WORKLOADS_VGG19_URL": url,
             "WORKLOADS_VGG19_MD5": FAKE_WEIGHTS_MD5, "REVISION": "test"}
 
@@ -127,42 +159,51 @@ def _bake_args(url: str) -> dict[str, str]:
 def build_cpu_image(base: str) -> str:
     """Build (or reuse from the layer cache) the cpu image on ``base``; returns its tag."""
     with weights_mirror() as url:
-        return build(DOCKERFILE, TAG, context_tar(_host_ca()),
-                     {"BASE_IMAGE": base, **_bake_args(url)})
+        return build(DOCKERFILE, TAG, {"BASE_IMAGE": base, **bake_args(url)})
 
 
-# A stand-in for NGC's image: TensorFlow installed into the system Python, as NGC has it.
+@functools.cache
+def build_pip_image(base: str) -> str:
+    """The pip image (real tensorflow[and-cuda] and NVIDIA wheels) on ``base``; returns its tag."""
+    with weights_mirror() as url:
+        return build(PIP_DOCKERFILE, PIP_TAG, {"BASE_IMAGE": base, **bake_args(url)})
+
+
+# A stand-in for NGC's image, with what images/ngc/Dockerfile relies on: TensorFlow built
+# for CUDA (the CUDA build of the same wheel: import and build info as NGC's, no GPU code
+# runs here) in the system Python's site-packages, no virtual environment, pip usable as
+# root, NGC's working directory /workspace and Ubuntu's user `ubuntu` at uid 1000, which
+# add-user must replace. Tagged with NGC's own name in the test only.
 NGC_STANDIN_DOCKERFILE = """\
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
-COPY host.crt /tmp/host.crt
-RUN PIP_CERT=/tmp/host.crt PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install \\
-      --no-cache-dir tensorflow-cpu==2.21.0 && rm /tmp/host.crt
+RUN --mount=type=cache,id=tfhost-pip,target=/root/.cache/pip,sharing=locked \\
+    --mount=type=secret,id=build-ca \\
+    PIP_CERT=/run/secrets/build-ca PIP_BREAK_SYSTEM_PACKAGES=1 \\
+      python3 -m pip install tensorflow==2.21.0 \\
+ && useradd --uid 1000 --user-group --create-home ubuntu \\
+ && mkdir /workspace
+WORKDIR /workspace
 """
-NGC_STANDIN_BASE = "tfhost/ngc-standin-base:test"
-NGC_TAG = "tfhost/workloads:ngc-test"
+NGC_STANDIN_BASE = "nvcr.io/nvidia/tensorflow:25.02-tf2-py3"
+NGC_TAG = f"tfhost/workloads:ngc-test-{CHECKOUT}"
 
 
 @functools.cache
 def build_ngc_on_standin(base: str) -> tuple[str, str]:
-    """images/ngc/Dockerfile on a Debian image with a system-wide TensorFlow.
+    """images/ngc/Dockerfile on the stand-in, through its real BASE_IMAGE argument.
 
-    NGC itself is out of reach; this stand-in has what the ngc Dockerfile relies
-    on (TensorFlow in the system site-packages, no virtual environment, Python
-    >= 3.11), so its install logic runs for real. Returns (stand-in, image) tags.
+    NGC itself is out of reach; the stand-in (NGC_STANDIN_DOCKERFILE) has what the
+    ngc Dockerfile relies on, so its install logic runs for real. Returns
+    (stand-in, image) tags.
     """
-    ca = HOST_CA.read_bytes() if HOST_CA.is_file() else b""
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data in (("Dockerfile", NGC_STANDIN_DOCKERFILE.encode()), ("host.crt", ca)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    context.seek(0)
-    standin = build("Dockerfile", NGC_STANDIN_BASE, context, {"BASE_IMAGE": base})
+    with tempfile.TemporaryDirectory(prefix="tfhost-ngc-standin.") as folder:
+        (Path(folder) / "Dockerfile").write_text(NGC_STANDIN_DOCKERFILE)
+        standin = build("Dockerfile", NGC_STANDIN_BASE, {"BASE_IMAGE": base},
+                        context=Path(folder))
     with weights_mirror() as url:
-        image = build("images/ngc/Dockerfile", NGC_TAG, context_tar(_host_ca()),
-                      {"BASE_IMAGE": standin, **_bake_args(url)})
+        image = build("images/ngc/Dockerfile", NGC_TAG,
+                      {"BASE_IMAGE": standin, **bake_args(url)})
     return standin, image
 
 

@@ -73,8 +73,65 @@ def test_dependency_layer_precedes_source() -> None:
     """Editing workloads/ must not reinstall TensorFlow: the heavy layers come first."""
     for flavour, path in DOCKERFILES.items():
         text = path.read_text()
-        assert text.index("install-deps /tmp/project") < text.index("COPY workloads /tmp/src"), \
+        assert text.index("/opt/lib/install-deps /tmp/") < text.index("COPY workloads /tmp/src"), \
             flavour
+
+
+def _runs(dockerfile: Path) -> list[str]:
+    """Every RUN instruction, continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", dockerfile.read_text())
+    return [line for line in text.splitlines() if line.startswith("RUN ")]
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_base_image_pinned_by_digest_with_the_tag_beside_it(flavour: str) -> None:
+    base = _args(DOCKERFILES[flavour])["BASE_IMAGE"]
+    assert re.fullmatch(r"[\w./-]+:[\w.-]+@sha256:[0-9a-f]{64}", base), base
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_build_ca_comes_only_as_a_secret_mount(flavour: str) -> None:
+    """A COPY of the CA would put it in a layer (in ngc's single stage, in the image)."""
+    text = DOCKERFILES[flavour].read_text()
+    assert "build-ca/" not in text.replace("/run/secrets/build-ca", "")
+    using = [run for run in _runs(DOCKERFILES[flavour])
+             if "with-build-ca" in run or "install-deps" in run]
+    assert using, flavour
+    for run in using:
+        assert "--mount=type=secret,id=build-ca" in run, run
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_pip_downloads_go_to_the_shared_cache_mount(flavour: str) -> None:
+    installs = [run for run in _runs(DOCKERFILES[flavour]) if "install-deps" in run]
+    assert installs, flavour
+    for run in installs:
+        assert "--mount=type=cache,id=tfhost-pip,target=/root/.cache/pip" in run, run
+
+
+@pytest.mark.parametrize(("flavour", "lock"), [("cpu", "cpu"), ("pip", "gpu")])
+def test_venv_images_install_the_hash_locked_set(flavour: str, lock: str) -> None:
+    text = DOCKERFILES[flavour].read_text()
+    assert f"COPY requirements/{lock}.txt /tmp/lock/requirements.txt" in text
+    assert "/opt/lib/install-deps /tmp/lock/requirements.txt" in text
+    assert not re.search(r"pip install [^\n]*tensorflow", text)  # nothing outside the lock
+
+
+def test_with_build_ca_adds_the_secret_for_one_command_only(tmp_path: Path) -> None:
+    secret = tmp_path / "build-ca"
+    secret.write_text("-----BEGIN CERTIFICATE-----\nproxy\n-----END CERTIFICATE-----\n")
+    probe = 'printf "%s\\n" "$PIP_CERT"; cat "$PIP_CERT"'
+    env = {"PATH": "/usr/bin:/bin", "BUILD_CA_SECRET": str(secret), "TMPDIR": str(tmp_path)}
+    result = subprocess.run([str(REPO / "images/lib/with-build-ca"), "sh", "-c", probe],
+                            env=env, capture_output=True, text=True, check=True)
+    bundle, _, content = result.stdout.partition("\n")
+    assert content.endswith(secret.read_text())
+    assert not Path(bundle).exists()  # removed before the RUN ends: no layer can hold it
+    env["BUILD_CA_SECRET"] = str(tmp_path / "absent")
+    result = subprocess.run([str(REPO / "images/lib/with-build-ca"), "sh", "-c",
+                             'echo "[${PIP_CERT:-}]"'], env=env, capture_output=True, text=True,
+                            check=True)
+    assert result.stdout == "[]\n"
 
 
 def test_project_deps_lists_pyproject_requirements() -> None:
@@ -98,6 +155,11 @@ def test_compose_builds_the_three_dockerfiles_with_their_arguments() -> None:
         assert default_base and default_base.group(1) == declared["BASE_IMAGE"], flavour
         assert service["ulimits"] == {"memlock": -1, "stack": 67108864}
         assert service["shm_size"] == "1g"
+        assert build["secrets"] == ["build-ca"]
+        assert service["cap_drop"] == ["ALL"]
+        assert service["security_opt"] == ["no-new-privileges:true"]
+        assert "network_mode" not in service
+    assert "build-ca" in compose["secrets"]
     for flavour in ("pip", "ngc"):
         devices = compose["services"][flavour]["deploy"]["resources"]["reservations"]["devices"]
         assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
@@ -110,7 +172,7 @@ def test_dockerignore_sends_only_what_the_images_need() -> None:
                 if line and not line.startswith("#")]
     sent = set(exclude_paths(str(REPO), patterns, dockerfile="images/cpu/Dockerfile"))
     for needed in ("pyproject.toml", "README.md", "workloads/cli.py", "workloads/style/weights.py",
-                   "images/lib/install-deps", "images/build-ca/README.md"):
+                   "images/lib/install-deps", "requirements/cpu.txt", "requirements/gpu.txt"):
         assert needed in sent, needed
     for kept_out in (".venv", "tests", "results", "scripts/docker-engine.sh", ".git"):
         assert not any(p == kept_out or p.startswith(kept_out + "/") for p in sent), kept_out

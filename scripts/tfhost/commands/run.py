@@ -5,7 +5,9 @@ The container is started through the Docker API as seed 001 ran it by hand
 stack=67108864`), with the results directory mounted at /results and the
 calling user's uid:gid, so records come back owned by you. Its log streams
 live; the exit code is the container's (124 when --timeout stopped it); the
-container is removed at the end and on Ctrl-C. While it runs, every requested
+container is removed at the end and on Ctrl-C. It runs with every capability
+dropped and no-new-privileges, on the engine's default network unless
+--network says otherwise (host only when asked). While it runs, every requested
 GPU is sampled once a second into a CSV beside the record (--no-monitor to
 skip; without a GPU the monitor says so and the run goes on).
 
@@ -58,8 +60,10 @@ def register(sub: Any) -> None:
                              "or ./results)")
     add_env_option(parser)
     add_memlock_option(parser)
-    parser.add_argument("--network", default="host", metavar="MODE",
-                        help="container network: host (default), none, or a network name")
+    parser.add_argument("--network", metavar="MODE",
+                        help="container network: none, host, or a network name (default: the "
+                             "engine's default network; host only when asked, since it "
+                             "exposes the host's loopback services)")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS",
                         help="stop the container after this long (exit code 124)")
     parser.add_argument("--user", metavar="UID:GID",

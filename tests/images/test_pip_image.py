@@ -1,0 +1,95 @@
+"""The pip image, built for real: tensorflow[and-cuda] with NVIDIA's CUDA and cuDNN wheels.
+
+Built on CI's Debian 12 base (the Dockerfile's BASE_IMAGE argument) from the
+hash-locked requirements/gpu.txt; pip's downloads come from the BuildKit cache
+mount the cpu and ngc builds share, so the wheels (about 3 GB) are fetched once.
+No GPU here: ``check`` must report the CUDA/cuDNN versions TensorFlow was built
+for and no GPU, ``--require-gpu`` must fail with exit 2, and a tiny ``cifar10``
+runs on the CPU as a non-root user with its record on the /results volume. A
+rebuild after touching a workload file must redo only the source layer.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.images import image_builds
+from tests.images.image_checks import (
+    check_reports_cuda_build_and_no_gpu,
+    results_dir,
+    tiny_cifar10_writes_its_record,
+)
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def test_pip_image_metadata(pip_image: str) -> None:
+    import docker
+
+    config = docker.from_env().images.get(pip_image).attrs["Config"]
+    assert config["Entrypoint"] == ["workloads"] and config["User"] == "1000:1000"
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    assert env["NVIDIA_REQUIRE_CUDA"] == "cuda>=12.0"
+    assert config["Labels"]["org.opencontainers.image.title"] == "tfhost workloads (pip)"
+
+
+def test_pip_image_has_the_locked_nvidia_wheels(pip_image: str, memlock: int,
+                                                tmp_path: Path) -> None:
+    script = ("import importlib.metadata as m; print(' '.join(f'{n}=={m.version(n)}' for n in "
+              "('tensorflow', 'nvidia-cudnn-cu12', 'nvidia-cublas-cu12')))")
+    out = image_builds.run_once(pip_image, ["-c", script], entrypoint="python3",
+                                user="1234:1234")
+    lock = (image_builds.REPO / "requirements" / "gpu.txt").read_text()
+    for pin in out.split():
+        assert re.search(rf"^{re.escape(pin)} ", lock, re.MULTILINE), pin
+
+
+def test_check_and_cifar10_in_the_pip_image(pip_image: str, memlock: int,
+                                            tmp_path: Path) -> None:
+    results = results_dir(tmp_path)
+    report = check_reports_cuda_build_and_no_gpu(pip_image, results, memlock)
+    assert report["tensorflow"] == "2.21.0"
+    record = tiny_cifar10_writes_its_record(pip_image, results, memlock)
+    assert record["env"]["cuda_build"] == report["cuda_build"]
+
+
+def test_touching_a_workload_rebuilds_only_the_source_layer(pip_image: str,
+                                                            debian_python_image: str,
+                                                            tmp_path: Path) -> None:
+    """The same Dockerfile on a copy of the context with one workload file changed: every
+    step before the source copy comes from the cache (BuildKit logs them as CACHED)."""
+    context = tmp_path / "context"
+    for name in ("pyproject.toml", "README.md", "requirements", "workloads", "scripts/tfhost",
+                 "images"):
+        source = image_builds.REPO / name
+        if source.is_dir():
+            shutil.copytree(source, context / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            (context / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, context / name)
+    shutil.copy(image_builds.REPO / ".dockerignore", context / ".dockerignore")
+    with (context / "workloads" / "cifar10" / "train.py").open("a") as fh:
+        fh.write("# touched by the layer-order test\n")
+    tag = f"{image_builds.PIP_TAG}-touched"
+    try:
+        with image_builds.weights_mirror() as url:
+            image_builds.build(image_builds.PIP_DOCKERFILE, tag,
+                               {"BASE_IMAGE": debian_python_image,
+                                **image_builds.bake_args(url)},
+                               context=context)
+        ran = image_builds.steps_run(image_builds.BUILD_LOGS[tag])
+    finally:
+        import docker
+
+        docker.from_env().images.remove(tag)
+    assert len(ran) == 3, ran
+    assert ran[0] == "COPY workloads /tmp/src/workloads"
+    assert ran[1] == "COPY scripts/tfhost /tmp/src/scripts/tfhost"
+    assert ran[2].startswith("RUN ") and ran[2].endswith("install-workloads /tmp/src")
