@@ -11,6 +11,7 @@ rebuild after touching a workload file must redo only the source layer.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -24,7 +25,16 @@ from tests.images.image_checks import (
     tiny_cifar10_writes_its_record,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# Opt-in (TFHOST_PIP_IMAGE=1) for now: its cold build (about 7 GB of tensorflow[and-cuda]
+# wheels) took 43 min on a loaded machine and has not been timed on an idle one, and the
+# suite must stay within 60 minutes on a fresh machine.
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("TFHOST_PIP_IMAGE") != "1",
+                       reason="the pip image build is opt-in (TFHOST_PIP_IMAGE=1) until it is "
+                              "timed on an idle CI machine; see images/README.md"),
+]
 
 
 def test_pip_image_metadata(pip_image: str) -> None:
