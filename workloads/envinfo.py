@@ -13,6 +13,7 @@ import platform
 import sys
 from functools import cache
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 
@@ -27,6 +28,24 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# The CPU flags that give bfloat16 matmuls native speed; without them bfloat16 is
+# emulated and slower than float32.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """The CPU flags that give bfloat16 matmuls native speed (AVX512-BF16, AMX), if any."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return []
+    flags: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return [flag for flag in BF16_CPU_FLAGS if flag in flags]
 
 
 def host_memory_bytes() -> int | None:

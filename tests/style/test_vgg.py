@@ -115,3 +115,27 @@ def test_hdf5_that_is_not_vgg19_is_one_clear_error(tmp_path: Path) -> None:
         vgg.load_vgg19(resolve(str(path)), seed=0)
     message = info.value.one_line()
     assert str(path) in message and "not a Keras VGG19" in message and "\n" not in message
+
+
+def test_bfloat16_extractor_computes_in_bfloat16_and_hands_the_losses_float32() -> None:
+    """--precision bfloat16: convolutions and poolings in bfloat16, float32 weights kept,
+    every output float32 (Gram matrices and losses must not sum in bfloat16), and the
+    features close to the float32 network's with the same weights."""
+    fp32 = vgg.build_extractor(vgg.load_vgg19(WeightsSource("random"), seed=0), "max")
+    bf16 = vgg.build_extractor(vgg.load_vgg19(WeightsSource("random"), 0, "bfloat16"), "max")
+    convs = [layer for layer in bf16.layers if "conv" in layer.name and layer.weights]
+    pools = [layer for layer in bf16.layers if "pool" in layer.name]
+    assert convs and {layer.compute_dtype for layer in convs + pools} == {"bfloat16"}
+    assert {w.dtype for layer in convs for w in layer.weights} == {"float32"}
+    assert keras.config.dtype_policy().name == "float32"  # the global policy was restored
+    image = np.random.default_rng(0).uniform(-100, 100, (1, 32, 48, 3)).astype("float32")
+    for ours, reference in zip(bf16(image), fp32(image), strict=True):
+        assert ours.dtype == "float32"
+        got, want = keras.ops.convert_to_numpy(ours), keras.ops.convert_to_numpy(reference)
+        assert np.linalg.norm(got - want) <= 0.05 * np.linalg.norm(want)
+
+
+def test_float32_extractor_has_no_cast_layers(random_base: object) -> None:
+    extractor = vgg.build_extractor(random_base, "max")
+    assert not [layer for layer in extractor.layers if layer.name.endswith("_f32")]
+    assert {layer.compute_dtype for layer in extractor.layers if layer.weights} == {"float32"}

@@ -20,6 +20,7 @@ from workloads.cifar10 import data as cifar_data
 from workloads.cifar10.models import MODELS, ModelSpec
 from workloads.cifar10.multiworker import SlurmTask, wants_slurm
 from workloads.cifar10.timing import StepTimer, steady_state
+from workloads.envinfo import cpu_bf16_flags
 from workloads.errors import OutOfMemory, WorkloadError, is_out_of_memory
 
 TRAIN_IMAGES = 50_000
@@ -30,7 +31,6 @@ TRAIN_IMAGES = 50_000
 # nothing measurable at batch 128 (a step is ~0.3 s, the Python round trip ~1 ms),
 # so it stays at 1. Thread settings are TensorFlow's defaults (one per core).
 FAST_CPU_STEPS_PER_EXECUTION = 1
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 @dataclass(frozen=True)
@@ -164,19 +164,6 @@ def _single_device_name(backend: str) -> str:
         if torch.cuda.is_available():
             return str(torch.cuda.get_device_name(0))
     return cpu_model()
-
-
-def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
-    """The CPU flags that give bfloat16 matmuls native speed (AVX512-BF16, AMX), if any."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return []
-    flags: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.split(":", 1)[1].split())
-    return [flag for flag in BF16_CPU_FLAGS if flag in flags]
 
 
 def fast_cpu_config(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:

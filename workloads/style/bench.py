@@ -11,7 +11,12 @@ and no download is needed.
 same load), the straightforward Keras implementation of ``workloads.style.reference``
 (the keras.io example's structure) for the same number of iterations, and prints
 our speed-up over it. Each row carries the iteration's FLOPs as the backend
-counts them and the MFU against the measured float32 matmul peak.
+counts them and the MFU against the measured matmul peak of its precision.
+
+``--precision float32 bfloat16`` runs both precisions at each width, from the same
+start (same seed, same noise), and prints bfloat16's speed-up and how far its last
+loss is from float32's: bfloat16 earns its place as the default only where it is
+faster and that difference stays within 2 %.
 """
 
 from __future__ import annotations
@@ -62,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--xla", action="store_true", help="compile with XLA (TensorFlow backend)")
     parser.add_argument("--pooling", choices=("max", "avg"), default="max")
     parser.add_argument(
+        "--precision",
+        choices=("float32", "bfloat16"),
+        nargs="+",
+        default=["float32"],
+        help="VGG feature precision(s) to time; with both, print bfloat16's speed-up and "
+        "last-loss difference against float32 (default: float32)",
+    )
+    parser.add_argument(
         "--reference",
         action="store_true",
         help="also time the straightforward keras.io-style implementation at each width "
@@ -75,8 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def measure(width: int, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
-    """One width: build everything, run ``args.iterations`` steps, return the timings."""
+def measure(
+    width: int, args: argparse.Namespace, scratch: Path, precision: str = "float32"
+) -> dict[str, Any]:
+    """One width and precision: build everything, run ``args.iterations`` steps, time them."""
     from workloads.style import transfer
     from workloads.style.config import StyleConfig
     from workloads.style.images import SAMPLE_CONTENT, SAMPLE_STYLE, sample_path
@@ -90,12 +105,14 @@ def measure(width: int, args: argparse.Namespace, scratch: Path) -> dict[str, An
         weights=args.weights,
         xla=args.xla,
         pooling=args.pooling,
+        precision=precision,
         print_every=args.iterations,  # one device→host transfer, at the end
     )
     prepared = transfer.prepare(config)
     outcome = transfer.stylize(prepared)
     loop = outcome.loop
-    if args.reference:
+    with_reference = args.reference and precision == args.precision[0]
+    if with_reference:
         reference = measure_reference(prepared, args.iterations)
     return {
         "width": prepared.width,
@@ -107,10 +124,11 @@ def measure(width: int, args: argparse.Namespace, scratch: Path) -> dict[str, An
         "backend": outcome.backend,
         "device": outcome.device,
         "xla": outcome.xla,
+        "precision": precision,
         "loss_first": loop.history[0][0],
         "loss_last": loop.history[-1][0],
         **outcome.roofline,
-        **({"reference": reference} if args.reference else {}),
+        **({"reference": reference} if with_reference else {}),
     }
 
 
@@ -139,6 +157,27 @@ def measure_reference(prepared: Any, iterations: int) -> dict[str, Any]:
     return result
 
 
+# bfloat16 replaces float32 only if its last loss is this close to float32's.
+LOSS_TOLERANCE = 0.02
+
+
+def compare_precisions(results: list[dict[str, Any]], width: int) -> dict[str, Any] | None:
+    """bfloat16 against float32 at ``width``, once both rows are in ``results``."""
+    rows = {r["precision"]: r for r in results if r["width"] == width}
+    fp32, bf16 = rows.get("float32"), rows.get("bfloat16")
+    if not (fp32 and bf16 and fp32["iterations_per_sec"] and bf16["iterations_per_sec"]):
+        return None
+    difference = (bf16["loss_last"] - fp32["loss_last"]) / abs(fp32["loss_last"])
+    speedup = bf16["iterations_per_sec"] / fp32["iterations_per_sec"]
+    adopt = speedup > 1 and abs(difference) <= LOSS_TOLERANCE
+    return {
+        "speedup": speedup,
+        "loss_difference": difference,
+        "loss_tolerance": LOSS_TOLERANCE,
+        "verdict": "bfloat16 qualifies" if adopt else "keep float32",
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     from workloads.records import ensure_writable, new_record, utc_now, write_record
 
@@ -149,23 +188,25 @@ def run(args: argparse.Namespace) -> int:
         iterations=args.iterations,
         weights=args.weights,
         pooling=args.pooling,
+        precisions=args.precision,
     )
     results = []
     print(
-        f"{'width':>6} {'height':>6} {'it/s':>9} {'GFLOP/it':>9} {'MFU':>5} {'first step s':>13}"
-        "  backend / device"
+        f"{'width':>6} {'height':>6} {'precision':>9} {'it/s':>9} {'GFLOP/it':>9} {'MFU':>5} "
+        f"{'first step s':>13}  backend / device"
     )
     with tempfile.TemporaryDirectory(prefix="workloads-bench-style-") as scratch:
-        for width in args.widths:
-            row = measure(width, args, Path(scratch))
+        for width, precision in ((w, p) for w in args.widths for p in args.precision):
+            row = measure(width, args, Path(scratch), precision)
             results.append(row)
             rate = row["iterations_per_sec"]
             gflop = f"{row['flops_per_iteration'] / 1e9:.1f}" if row["flops_per_iteration"] else "-"
             mfu = f"{row['mfu']:.0%}" if row["mfu"] is not None else "-"
-            if args.reference and row["reference"]["iterations_per_sec"] and rate:
+            if "reference" in row and row["reference"]["iterations_per_sec"] and rate:
                 row["speedup_vs_reference"] = rate / row["reference"]["iterations_per_sec"]
             print(
-                f"{row['width']:>6} {row['height']:>6} {rate:>9.3f} {gflop:>9} {mfu:>5} "
+                f"{row['width']:>6} {row['height']:>6} {precision:>9} {rate:>9.3f} {gflop:>9} "
+                f"{mfu:>5} "
                 f"{row['first_step_s']:>13.2f}  "
                 f"{row['backend']}{' +XLA' if row['xla'] else ''} / {row['device']}",
                 flush=True,
@@ -173,9 +214,18 @@ def run(args: argparse.Namespace) -> int:
             if "speedup_vs_reference" in row:
                 ref = row["reference"]
                 print(
-                    f"{'':>6} {'':>6} {ref['iterations_per_sec']:>9.3f} "
+                    f"{'':>6} {'':>6} {'float32':>9} {ref['iterations_per_sec']:>9.3f} "
                     f"{ref['flops_per_iteration'] / 1e9:>9.1f} {'':>5} {'':>13}  keras.io-style "
                     f"reference: ours is {row['speedup_vs_reference']:.2f}x faster",
+                    flush=True,
+                )
+            compared = compare_precisions(results, width)
+            if compared:
+                row["vs_float32"] = compared
+                print(
+                    f"{'':>6} {'':>6} {'':>9} bfloat16 vs float32: "
+                    f"{compared['speedup']:.2f}x the iterations/s, last loss "
+                    f"{compared['loss_difference']:+.2%} ({compared['verdict']})",
                     flush=True,
                 )
     from workloads.envinfo import collect_env

@@ -151,6 +151,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--xla", action="store_true", help="compile the step with XLA (TensorFlow backend)"
     )
     opt.add_argument(
+        "--precision",
+        choices=("auto", "float32", "bfloat16"),
+        default="auto",
+        help="VGG's features in bfloat16 (image, Gram matrices, losses and Adam stay float32) "
+        "or float32; auto: bfloat16 on CPUs with AVX512-BF16/AMX, where it was measured "
+        "faster with the same loss, float32 elsewhere. The record's precision says which ran; "
+        "`workloads bench style --precision float32 bfloat16` measures both (default: auto)",
+    )
+    opt.add_argument(
         "--skip-memory-check",
         action="store_true",
         help="run even when the (approximate) memory estimate says the width does not fit",
@@ -215,6 +224,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         seed=args.seed,
         weights=args.weights,
         xla=args.xla,
+        precision=args.precision,
         keep=args.keep,
         print_every=args.print_every,
         tolerance=args.tolerance,
@@ -244,6 +254,7 @@ def parameters(config: Any) -> dict[str, Any]:
         "preserve_colors": config.preserve_colors,
         "seed": config.seed,
         "weights": config.weights,
+        "precision": config.precision,
         "keep": config.keep,
         "print_every": config.print_every,
         "tolerance": config.tolerance,
@@ -311,6 +322,7 @@ def run(args: argparse.Namespace) -> int:
         backend=outcome.backend,
         device=outcome.device,
         xla=outcome.xla,
+        compute_precision=outcome.precision,  # what --precision (auto) resolved to
         weights_source=prepared.weights.describe(),
         memory_estimate_bytes=prepared.memory_estimate_bytes,
         iterations_run=loop.iterations_run,

@@ -82,6 +82,7 @@ class Outcome:
     output_iteration: int
     best_iteration: int | None
     checkpoints: list[Path] = field(default_factory=list)
+    precision: str = "float32"  # VGG's features, as resolved from --precision
     roofline: dict[str, Any] = field(default_factory=dict)
 
 
@@ -164,11 +165,14 @@ def stylize(
         on_start(backend, device)
     from keras import ops
 
+    from workloads.envinfo import cpu_bf16_flags
     from workloads.style import losses, optimize, vgg
-    from workloads.style.config import style_blend_weights, style_layer_weights
+    from workloads.style.config import resolve_precision, style_blend_weights, style_layer_weights
 
     config = prepared.config
-    extractor = vgg.build_extractor(vgg.load_vgg19(prepared.weights, config.seed), config.pooling)
+    precision = resolve_precision(config.precision, device, cpu_bf16_flags())
+    network = vgg.load_vgg19(prepared.weights, config.seed, precision)
+    extractor = vgg.build_extractor(network, config.pooling)
     n_content = len(vgg.CONTENT_LAYERS)
     content_features = extractor(ops.convert_to_tensor(images.preprocess(prepared.content)))
     style_grams = []
@@ -228,7 +232,8 @@ def stylize(
         output_iteration=output_iteration,
         best_iteration=best,
         checkpoints=checkpoints,
-        roofline=roofline_fields(counted, loop.iterations_per_sec, device),
+        precision=precision,
+        roofline=roofline_fields(counted, loop.iterations_per_sec, device, precision),
     )
 
 
@@ -243,8 +248,14 @@ def count_flops(terms: Any, weights: Any, image: Any) -> dict[str, Any]:
     return {"flops_per_iteration": flops, "flops_method": method}
 
 
-def roofline_fields(counted: dict[str, Any], rate: float | None, device: str) -> dict[str, Any]:
-    """``flops_per_iteration``, the float32 matmul ``peak_flops`` of the device, and ``mfu``."""
+def roofline_fields(
+    counted: dict[str, Any], rate: float | None, device: str, precision: str = "float32"
+) -> dict[str, Any]:
+    """``flops_per_iteration``, the device's matmul ``peak_flops`` in ``precision``, and ``mfu``.
+
+    The peak is that of the convolutions' compute dtype, so a bfloat16 run is measured
+    against the bfloat16 peak, not flattered by the float32 one.
+    """
     from workloads import roofline
     from workloads.envinfo import cpu_model
 
@@ -254,7 +265,7 @@ def roofline_fields(counted: dict[str, Any], rate: float | None, device: str) ->
         return fields
     name = cpu_model() if device == "CPU" else device.split("(", 1)[-1].rstrip(")")
     try:
-        peak = roofline.peak_flops(name, "float32")
+        peak = roofline.peak_flops(name, precision)
     except Exception as exc:  # a missing figure must not cost the run
         fields["roofline_error"] = f"{type(exc).__name__}: {exc}"[:300]
         return fields

@@ -6,6 +6,13 @@ last convolutions and the last pooling are never computed. ``--pooling avg``
 replaces each max-pooling with average pooling of the same window (Gatys et al.
 found it gives smoother results); the convolutions and their weights are shared
 with the loaded network, so the swap needs no second copy of the weights.
+
+``--precision bfloat16`` builds the network under Keras' ``mixed_bfloat16``
+policy: the convolutions and poolings compute in bfloat16 (float32 weights, cast
+on use), and every feature the losses read is cast back to float32, so the Gram
+matrices, the losses, the gradient's image and Adam stay in float32. On a CPU
+with AVX512-BF16 or AMX, or a GPU with bfloat16 tensor cores, the convolutions,
+nearly all of an iteration's FLOPs, then run at the bfloat16 matmul rate.
 """
 
 from __future__ import annotations
@@ -35,11 +42,26 @@ def layers_used() -> list[tuple[str, str, int]]:
     return list(VGG19_LAYERS[: last + 1])
 
 
-def load_vgg19(source: WeightsSource, seed: int) -> Any:
-    """keras.applications.VGG19 without top, any input size, weights from ``source``."""
+# --precision → the Keras dtype policy VGG19's layers are built with.
+DTYPE_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
+
+
+def load_vgg19(source: WeightsSource, seed: int, precision: str = "float32") -> Any:
+    """keras.applications.VGG19 without top, any input size, weights from ``source``.
+
+    keras.applications takes no dtype argument, so the layers get ``precision``'s
+    policy from Keras' global setting, set only while they are built.
+    """
     import keras
 
-    model = keras.applications.VGG19(include_top=False, weights=None, input_shape=(None, None, 3))
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(DTYPE_POLICIES[precision])
+    try:
+        model = keras.applications.VGG19(
+            include_top=False, weights=None, input_shape=(None, None, 3)
+        )
+    finally:
+        keras.config.set_dtype_policy(previous)
     if source.kind == "random":
         randomise(model, seed)
     if source.path is not None:
@@ -89,7 +111,8 @@ def build_extractor(base: Any, pooling: str = "max") -> Any:
 
     Replays ``base``'s layers on a new input, stopping after the last layer used and
     swapping max for average pooling when asked. Layers are reused, not copied, so
-    the extractor shares ``base``'s weights. Every pooling uses ``same`` padding, as
+    the extractor shares ``base``'s weights, and its compute dtype; each output is
+    cast to float32 for the losses. Every pooling uses ``same`` padding, as
     neural-style's does: Keras' VGG19 pools with ``valid``, which drops the last row
     or column of any odd side, so at most widths (a side not divisible by 16) the
     deeper layers would never see the image's border.
@@ -106,11 +129,21 @@ def build_extractor(base: Any, pooling: str = "max") -> Any:
         if isinstance(layer, keras.layers.MaxPooling2D):
             pool = keras.layers.AveragePooling2D if pooling == "avg" else keras.layers.MaxPooling2D
             name = layer.name.replace("pool", "avgpool") if pooling == "avg" else layer.name
-            x = pool(pool_size=layer.pool_size, strides=layer.strides, padding="same", name=name)(x)
+            x = pool(
+                pool_size=layer.pool_size,
+                strides=layer.strides,
+                padding="same",
+                name=name,
+                dtype=layer.dtype_policy,
+            )(x)
         else:
             x = layer(x)
         if layer.name in wanted:
-            found[layer.name] = x
+            found[layer.name] = (
+                x
+                if x.dtype == "float32"
+                else keras.layers.Activation("linear", dtype="float32", name=f"{layer.name}_f32")(x)
+            )
         if len(found) == len(wanted):
             break
     model = keras.Model(inputs, [found[name] for name in OUTPUT_LAYERS], name=f"vgg19_{pooling}")
