@@ -118,6 +118,61 @@ def test_pipeline_crops_flips_and_drops_the_partial_batch(cifar_archive: Archive
     np.testing.assert_array_equal(batches[0][1].numpy(), cifar.y_test[:3])
 
 
+def _windows(source: np.ndarray, size: int) -> list[tuple[int, int, bool, np.ndarray]]:
+    """Every ``size``×``size`` window of an HWC image, as is and mirrored left-right."""
+    found = []
+    for top in range(source.shape[0] - size + 1):
+        for left in range(source.shape[1] - size + 1):
+            window = source[top : top + size, left : left + size]
+            found += [(top, left, False, window), (top, left, True, window[:, ::-1])]
+    return found
+
+
+def _standardised(x: np.ndarray) -> np.ndarray:
+    """tf.image.per_image_standardization, in NumPy."""
+    return (x - x.mean()) / max(float(x.std()), 1.0 / np.sqrt(x.size))
+
+
+def test_batched_crops_take_an_independent_window_of_each_image() -> None:
+    """Each image's crop is an unmirrored window of that image (not of another), and the
+    windows differ across the batch: the vectorised crop behaves like one random_crop
+    per image."""
+    import tensorflow as tf
+
+    images = np.arange(64 * 8 * 8, dtype=np.float32).reshape(64, 8, 8, 1)  # unique values
+    crops = data.random_crops(tf, tf.constant(images), 5).numpy()
+    assert crops.shape == (64, 5, 5, 1)
+    places = set()
+    for image, crop in zip(images, crops, strict=True):
+        matches = [
+            (top, left)
+            for top, left, mirrored, window in _windows(image, 5)
+            if not mirrored and np.array_equal(window, crop)
+        ]
+        assert len(matches) == 1
+        places.add(matches[0])
+    assert len(places) > 4  # 16 possible windows; one shared offset would give 1
+
+
+def test_batch_augmentation_crops_flips_some_and_standardises_each_image() -> None:
+    import tensorflow as tf
+
+    images = np.random.default_rng(0).integers(0, 256, (32, 28, 28, 3), dtype=np.uint8)
+    out = data.preprocess_batch(tf, tf.constant(images), 24, 24, train=True).numpy()
+    assert out.shape == (32, 24, 24, 3)
+    np.testing.assert_allclose(out.mean(axis=(1, 2, 3)), 0, atol=1e-4)
+    flips = []
+    for image, result in zip(images.astype(np.float32) / 255.0, out, strict=True):
+        matches = [
+            mirrored
+            for _, _, mirrored, window in _windows(image, 24)
+            if np.allclose(_standardised(window), result, atol=1e-4)
+        ]
+        assert len(matches) == 1  # exactly one window of this image, mirrored or not
+        flips += matches
+    assert 0 < sum(flips) < len(flips)  # some flipped, some not
+
+
 # --- hostile archives: a batch must never run code ---------------------------------------
 
 
