@@ -150,6 +150,35 @@ def steps_run(log: str) -> list[str]:
             if number not in cached and not step.startswith("FROM ")]
 
 
+def rebuild_after_touching_a_workload(dockerfile: str, tag: str, base: str,
+                                      scratch: Path) -> list[str]:
+    """Rebuild ``dockerfile`` on a copy of the context with one workload file changed; return
+    the steps BuildKit ran (the rest came from the cache). The tag built here is removed."""
+    context = scratch / "context"
+    for name in ("pyproject.toml", "README.md", "requirements", "workloads", "scripts/tfhost",
+                 "images"):
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, context / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            (context / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, context / name)
+    shutil.copy(REPO / ".dockerignore", context / ".dockerignore")
+    with (context / "workloads" / "cifar10" / "train.py").open("a") as fh:
+        fh.write("# touched by the layer-order test\n")
+    touched = f"{tag}-touched"
+    try:
+        with weights_mirror() as url:
+            build(dockerfile, touched, {"BASE_IMAGE": base, **bake_args(url)}, context=context)
+        return steps_run(BUILD_LOGS[touched])
+    finally:
+        import docker
+
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker.from_env().images.remove(touched)
+
+
 def bake_args(url: str) -> dict[str, str]:
     return {"BAKE_VGG19": "1", "WORKLOADS_VGG19_URL": url,
             "WORKLOADS_VGG19_MD5": FAKE_WEIGHTS_MD5, "REVISION": "test"}

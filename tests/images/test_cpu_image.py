@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.images import image_builds
 from tests.images.image_builds import FAKE_WEIGHTS_MD5, run_once
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -110,3 +111,16 @@ def test_records_belong_to_the_calling_user(cpu_image: str, memlock: int, tmp_pa
     assert code == 0, out + err
     for path in (results, results / "run.json", results / "records.jsonl"):
         _owned_by(path, os.getuid(), os.getgid())
+
+
+def test_touching_a_workload_rebuilds_only_the_source_layers(cpu_image: str,
+                                                             debian_python_image: str,
+                                                             tmp_path: Path) -> None:
+    """Layer order: a change under workloads/ re-runs only the source copy and the offline
+    install of the package; the dependencies, the VGG19 bake and the user come from the
+    cache (BuildKit logs them CACHED). The rebuild's time is in the session's build report."""
+    ran = image_builds.rebuild_after_touching_a_workload(
+        image_builds.DOCKERFILE, image_builds.TAG, debian_python_image, tmp_path)
+    assert ran[:2] == ["COPY workloads /tmp/src/workloads",
+                       "COPY scripts/tfhost /tmp/src/scripts/tfhost"], ran
+    assert len(ran) == 3 and ran[2].endswith("install-workloads /tmp/src"), ran

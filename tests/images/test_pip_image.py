@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -72,33 +71,8 @@ def test_check_and_cifar10_in_the_pip_image(pip_image: str, memlock: int,
 def test_touching_a_workload_rebuilds_only_the_source_layer(pip_image: str,
                                                             debian_python_image: str,
                                                             tmp_path: Path) -> None:
-    """The same Dockerfile on a copy of the context with one workload file changed: every
-    step before the source copy comes from the cache (BuildKit logs them as CACHED)."""
-    context = tmp_path / "context"
-    for name in ("pyproject.toml", "README.md", "requirements", "workloads", "scripts/tfhost",
-                 "images"):
-        source = image_builds.REPO / name
-        if source.is_dir():
-            shutil.copytree(source, context / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            (context / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(source, context / name)
-    shutil.copy(image_builds.REPO / ".dockerignore", context / ".dockerignore")
-    with (context / "workloads" / "cifar10" / "train.py").open("a") as fh:
-        fh.write("# touched by the layer-order test\n")
-    tag = f"{image_builds.PIP_TAG}-touched"
-    try:
-        with image_builds.weights_mirror() as url:
-            image_builds.build(image_builds.PIP_DOCKERFILE, tag,
-                               {"BASE_IMAGE": debian_python_image,
-                                **image_builds.bake_args(url)},
-                               context=context)
-        ran = image_builds.steps_run(image_builds.BUILD_LOGS[tag])
-    finally:
-        import docker
-
-        docker.from_env().images.remove(tag)
+    ran = image_builds.rebuild_after_touching_a_workload(
+        image_builds.PIP_DOCKERFILE, image_builds.PIP_TAG, debian_python_image, tmp_path)
     assert len(ran) == 3, ran
     assert ran[0] == "COPY workloads /tmp/src/workloads"
     assert ran[1] == "COPY scripts/tfhost /tmp/src/scripts/tfhost"
