@@ -78,4 +78,14 @@ PASCAL_AMPERE = Machine("pascal-ampere", "10de:15f8", 2, "Tesla P100-PCIE-16GB",
                         extra=(FakeFunction("0000:d0:00.0", "10de:20f1", GPU_CLASS),
                                FakeFunction("0000:d1:00.0", "10de:20f1", GPU_CLASS)))
 
+# Boards whose table rows a review found missing or wrong (see the role README):
+# TITAN V sits below the V100 block; GH200 and GB200 are open-only, and a GB200
+# compute tray runs no Fabric Manager (its NVLink switches are managed from the
+# switch trays); HGX B300's NVLink 5 switches are not NVIDIA PCI functions, so
+# only the B300's own ID can say that it needs Fabric Manager and NVLSM.
+TITAN_V = Machine("titan-v", "10de:1d81", 1, "NVIDIA TITAN V", "7.0", 12288)
+GH200 = Machine("gh200", "10de:2342", 1, "NVIDIA GH200 480GB", "9.0", 97871)
+GB200 = Machine("gb200", "10de:2941", 4, "NVIDIA GB200", "10.0", 189471)
+B300_HGX = Machine("b300-hgx", "10de:3182", 8, "NVIDIA B300 SXM6 AC", "10.3", 275040)
+
 MACHINES = [P100, V100, T4, A100_HGX, H100_HGX, H100_PCIE, B200_HGX, PASCAL_AMPERE]

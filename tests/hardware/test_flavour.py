@@ -20,12 +20,16 @@ import yaml
 from tests.hardware.machines import (
     A100_HGX,
     B200_HGX,
+    B300_HGX,
+    GB200,
+    GH200,
     GPU_CLASS,
     H100_HGX,
     H100_PCIE,
     P100,
     PASCAL_AMPERE,
     T4,
+    TITAN_V,
     V100,
     Machine,
 )
@@ -73,6 +77,9 @@ EXPECTED = [
     (H100_PCIE, "open", 0, False, False),
     (B200_HGX, "open", 2, True, True),
     (PASCAL_AMPERE, "proprietary", 0, False, False),
+    (TITAN_V, "proprietary", 0, False, False),
+    (GH200, "open", 0, False, False),
+    (GB200, "open", 0, False, False),
 ]
 
 
@@ -154,10 +161,10 @@ def test_a_gpu_below_compute_capability_5_2_is_refused_before_install(tmp_path: 
 
 
 def test_a_gpu_the_table_does_not_know_is_reported_and_takes_open(tmp_path: Path) -> None:
-    future = Machine("future", "10de:3182", 1, "NVIDIA B300", "10.3", 274877)
+    future = Machine("future", "10de:3f00", 1, "NVIDIA Next", "11.0", 274877)
     result = decide(future, tmp_path)
     assert result["flavour"] == "open"
-    assert result["unknown"] == ["0000:18:00.0 (10de:3182, unknown)"]
+    assert result["unknown"] == ["0000:18:00.0 (10de:3f00, unknown)"]
     assert "open kernel modules cannot" not in str(result)
     assert "proprietary kernel modules cannot drive" in refusal(future, tmp_path / "p",
                                                                  kernel_modules="proprietary")
@@ -170,3 +177,24 @@ def test_the_table_has_no_overlapping_blocks_and_names_its_source() -> None:
     header = (ROLE / "vars" / "gpu_generations.yml").read_text()
     assert "driver-installation-guide/kernel-modules.html" in header
     assert "Unix driver deprecation schedule" in header
+
+
+def test_hgx_b300_gets_fabric_manager_and_nvlsm_from_its_gpu_id_alone(tmp_path: Path) -> None:
+    """No NVSwitch on PCI (NVLink 5 switches are not NVIDIA PCI functions): the B300's
+    row says NVLink 5. Before the fix it was unknown, open-only, with no Fabric Manager."""
+    result = decide(B300_HGX, tmp_path, branch="580")
+    assert (result["flavour"], result["fabric_manager"], result["nvlink5"]) == ("open", True, True)
+    assert result["unknown"] == []
+    assert "Blackwell Ultra" in result["gpus"][0]["generation"]
+
+
+def test_b300_on_a_branch_before_580_is_refused(tmp_path: Path) -> None:
+    assert "580" in refusal(B300_HGX, tmp_path, branch="570")
+
+
+@pytest.mark.parametrize("machine", [GH200, GB200], ids=["gh200", "gb200"])
+def test_proprietary_on_grace_modules_is_refused_naming_open(tmp_path: Path,
+                                                             machine: Machine) -> None:
+    message = refusal(machine, tmp_path, kernel_modules="proprietary")
+    assert f"proprietary kernel modules cannot drive 0000:18:00.0 ({machine.gpu_id}" in message
+    assert "open can" in message
