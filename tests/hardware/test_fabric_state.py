@@ -1,0 +1,111 @@
+"""nvidia_driver's fabric check (tasks/fabric-state.yml) and Fabric Manager package names,
+run through Ansible on this machine against the nvidia-smi stub.
+
+HGX A100 reports no fabric state in `nvidia-smi -q` (N/A: NVML's fabric info is for
+Hopper and newer), so the check must accept N/A there as long as Fabric Manager is
+running, and still insist on Completed/Success on Hopper and newer. A fake
+`systemctl` on PATH answers `is-active` as a test tells it to.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.ansible.playbook import PlaybookRun, run_playbook
+from tests.fixtures.aptrepo.catalog import STUBS
+from tests.hardware.machines import A100_HGX, H100_HGX, Machine
+
+ROLE = Path(__file__).resolve().parents[2] / "ansible" / "roles" / "nvidia_driver"
+
+
+def _play(tmp_path: Path, tasks: list[dict[str, object]],
+          environment: dict[str, str] | None = None) -> PlaybookRun:
+    play = [{"name": "nvidia_driver pieces", "hosts": "localhost", "gather_facts": False,
+             "environment": environment or {},
+             "tasks": [{"name": "Load the Fabric Manager variables",
+                        "ansible.builtin.include_vars": str(ROLE / "vars" / "fabricmanager.yml")},
+                       *tasks]}]
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump(play, sort_keys=False))
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    return run_playbook(inventory, [], tmp_path / "play.log", playbook=str(playbook), vault=None)
+
+
+def _fabric_check(tmp_path: Path, machine: Machine, *, fabric_done: bool,
+                  fabric_manager: str) -> PlaybookRun:
+    root = tmp_path / "root"
+    (root / "var/lib/nvidia-stub").mkdir(parents=True)
+    (root / "var/lib/nvidia-stub/gpus").write_text(machine.smi_gpus())
+    devices = machine.build(tmp_path / "sysfs")
+    (root / "var/lib/nvidia-stub/pci-devices").write_text(f"{devices}\n")
+    if fabric_done:
+        (root / "run/nvidia-fabricmanager").mkdir(parents=True)
+        (root / "run/nvidia-fabricmanager/fabric-state").write_text("Completed\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        f'#!/bin/sh\nexec {sys.executable} {STUBS / "nvidia-smi"} "$@"\n')
+    (bin_dir / "systemctl").write_text(
+        f'#!/bin/sh\necho {fabric_manager}\n[ "{fabric_manager}" = active ]\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    smi_lines = machine.smi_gpus().splitlines()
+    return _play(tmp_path, [{
+        "name": "Check the fabric",
+        "ansible.builtin.include_role": {"name": "nvidia_driver", "tasks_from": "fabric-state"},
+        "vars": {"nvidia_driver_fabric_timeout": 5,
+                 "__nvidia_driver_smi": {"stdout_lines": smi_lines}},
+    }], {"PATH": f"{bin_dir}:/usr/bin:/bin", "NVIDIA_STUB_ROOT": str(root)})
+
+
+def test_hgx_a100_passes_with_fabric_manager_running_though_its_gpus_report_no_state(
+        tmp_path: Path) -> None:
+    run = _fabric_check(tmp_path, A100_HGX, fabric_done=True, fabric_manager="active")
+    assert run.returncode == 0, run.explain()
+    assert "Fabric Manager running; 8 GPU(s) before Hopper report no fabric state" in run.output
+
+
+def test_hgx_a100_fails_when_fabric_manager_is_not_running(tmp_path: Path) -> None:
+    run = _fabric_check(tmp_path, A100_HGX, fabric_done=False, fabric_manager="failed")
+    assert run.returncode != 0
+    assert "Fabric Manager is failed" in " ".join(run.output.split())
+
+
+def test_hgx_h100_passes_once_the_fabric_is_completed(tmp_path: Path) -> None:
+    run = _fabric_check(tmp_path, H100_HGX, fabric_done=True, fabric_manager="failed")
+    assert run.returncode == 0, run.explain()  # systemctl is not asked: the state says it all
+    assert "NVLink fabric initialised on 8 GPU(s): State Completed, Status Success" in run.output
+
+
+def test_hgx_h100_in_progress_fails_naming_the_state(tmp_path: Path) -> None:
+    run = _fabric_check(tmp_path, H100_HGX, fabric_done=False, fabric_manager="active")
+    assert run.returncode != 0
+    assert "In Progress/N/A" in run.output
+
+
+def _packages(tmp_path: Path, branch: str) -> dict[str, list[str]]:
+    out = tmp_path / f"packages-{branch}.json"
+    run = _play(tmp_path, [{
+        "name": "Write the package names",
+        "ansible.builtin.copy": {
+            "content": "{{ __nvidia_driver_fabricmanager_packages | to_json }}",
+            "dest": str(out), "mode": "0644"},
+        "vars": {"nvidia_driver_branch": branch},
+    }])
+    assert run.returncode == 0, run.explain()
+    result: dict[str, list[str]] = json.loads(out.read_text())
+    return result
+
+
+def test_fabric_manager_is_named_by_branch_before_580_and_plainly_from_580(
+        tmp_path: Path) -> None:
+    assert _packages(tmp_path, "570") == {"Debian": ["nvidia-fabricmanager-570"],
+                                          "RedHat": ["nvidia-fabric-manager"]}
+    assert _packages(tmp_path, "580") == {"Debian": ["nvidia-fabricmanager"],
+                                          "RedHat": ["nvidia-fabricmanager"]}
