@@ -32,6 +32,11 @@ COMMANDS: dict[str, str] = {
     "monitor": "tfhost.commands.monitor",
 }
 
+# The commands that drive a Docker engine from the host. The images set
+# WORKLOADS_HOST_COMMANDS=0: inside a container there is no engine to drive, so
+# there these commands only say where to run them.
+HOST_COMMANDS = ("run", "scale", "monitor")
+
 DESCRIPTION = """\
 Benchmarks and studies for TensorFlow GPU hosts.
 
@@ -112,7 +117,11 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"workloads {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for module_name in COMMANDS.values():
+    in_image = os.environ.get("WORKLOADS_HOST_COMMANDS") == "0"
+    for name, module_name in COMMANDS.items():
+        if in_image and name in HOST_COMMANDS:
+            register_host_only(sub, name)
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -121,6 +130,24 @@ def build_parser() -> Parser:
             raise
         module.register(sub)
     return parser
+
+
+def register_host_only(sub: Any, name: str) -> None:
+    """``name`` inside an image: listed, but running it says to run it on the host."""
+    # No option prefix: whatever follows (--gpus 0 ...) is taken as is, never an argparse error.
+    parser = sub.add_parser(
+        name, help="host only: drives the Docker engine (not in an image)", prefix_chars="\0"
+    )
+    parser.add_argument("ignored", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def refuse(_: argparse.Namespace) -> int:
+        raise WorkloadError(
+            f"`workloads {name}` drives the Docker engine from the host, and this is an image "
+            "(WORKLOADS_HOST_COMMANDS=0), where there is no engine to drive",
+            f"run it on the host: scripts/bootstrap.sh cpu, then .venv/bin/workloads {name}",
+        )
+
+    parser.set_defaults(func=refuse)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

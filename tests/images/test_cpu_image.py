@@ -53,6 +53,16 @@ def test_image_metadata(cpu_image: str) -> None:
     assert labels["org.opencontainers.image.base.name"].startswith("tfhost/debian-python:")
 
 
+def test_host_commands_in_the_image_say_to_run_them_on_the_host(cpu_image: str, memlock: int,
+                                                               tmp_path: Path) -> None:
+    """`workloads run` inside the image has no engine to drive: one line, exit 2."""
+    code, out, err = _run(cpu_image, ["run", "--gpus", "0", "some/image", "--", "check"],
+                          tmp_path, f"{os.getuid()}:{os.getgid()}", memlock)
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0
+    assert "drives the Docker engine from the host" in err and "run it on the host" in err
+
+
 def test_vgg19_weights_baked_in_from_the_mirror(cpu_image: str) -> None:
     script = ("import hashlib, os; p = os.environ['WORKLOADS_CACHE'] + "
               "'/vgg19/vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5'; "
