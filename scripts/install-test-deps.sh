@@ -9,6 +9,8 @@
 # libvirt-daemon-system/libvirt-clients/dnsmasq-base/iptables (`vagrant up` in a test's own network
 # namespace: libvirtd, its management network's DHCP and NAT rules; tests/vm/test_vagrant_up.py).
 # debian-archive-keyring/gpgv (debootstrap checks the mirror's signature against them).
+# rpm/createrepo-c/dnf (signed stub rpm repositories for the Rocky 9 stand-in: rpmbuild,
+# rpmsign, createrepo_c, modifyrepo_c; dnf checks them in tests/fixtures/test_rpmrepo.py).
 set -euo pipefail
 
 packages=(
@@ -17,6 +19,7 @@ packages=(
   qemu-system-x86 qemu-utils e2fsprogs fdisk openssh-client vagrant vagrant-libvirt
   libvirt-daemon-system libvirt-clients dnsmasq-base iptables
   debian-archive-keyring gpgv
+  rpm createrepo-c dnf
 )
 packages+=("$@")
 

@@ -9,10 +9,12 @@ real and what it does not.
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +33,11 @@ from tests.ansible.playbook import (
     run_playbook,
     write_inventory,
 )
+from tests.ansible.rocky import RPM_CHECK_MODE_WITNESSES, prepare_rocky, rocky_image, rocky_vars
 from tests.ansible.target import TargetHost, start_target, target_image
 from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_stub_repos, serve_directory
+from tests.fixtures.rpmrepo import RpmRepos, build_rpm_repos
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(3600)]
 
@@ -51,17 +55,40 @@ class PlatformRun:
     second: PlaybookRun
     check: PlaybookRun
     pristine_after_check: dict[str, bool]
+    vars_files: list[Path]
+    # RedHat family: the driver step on the fresh host with nvidia_driver_epel false,
+    # and the driver package's version-release after it ('' when not installed).
+    epel_off: PlaybookRun | None = None
+    epel_off_driver: str = ""
+    # RedHat family, default kernel headers: the driver step with only the CI machine's kernel
+    # running (no kernel-devel for it anywhere), then again once Rocky's kernel is installed.
+    headers_gone: PlaybookRun | None = None
+    headers_newest: PlaybookRun | None = None
+    kernel_devel: str = ""
+
+
+@dataclass
+class PlatformLab:
+    """The Debian-family lab, plus the EL9 rpm repositories on their own loopback server."""
+
+    lab: Lab
+    rpm_repos: RpmRepos
+    rpm_base_url: str
 
 
 @pytest.fixture(scope="module")
-def platform_lab(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def platform_lab(docker_host: str,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformLab]:
     """Stub repositories (every OS's layout), the fake NGC registry and the target image."""
     workdir = tmp_path_factory.mktemp("platforms")
     repos = build_stub_repos(workdir / "repos")
+    rpm_repos = build_rpm_repos(workdir / "rpmrepos")
     image = target_image()
     with serve_directory(repos.root, workdir / "repo-http.log") as base_url, \
+            serve_directory(rpm_repos.root, workdir / "rpmrepo-http.log") as rpm_base_url, \
             fake_registry("$oauthtoken", EXAMPLE_NGC_API_KEY) as registry:
-        yield Lab(workdir, repos, base_url, registry.address, image)
+        yield PlatformLab(Lab(workdir, repos, base_url, registry.address, image), rpm_repos,
+                          rpm_base_url)
 
 
 def _facts(inventory: Path, host: str) -> dict[str, str]:
@@ -95,27 +122,68 @@ PARAMS = [
 
 
 @pytest.fixture(scope="module", params=PARAMS)
-def platform_run(request: pytest.FixtureRequest, platform_lab: Lab) -> Iterator[PlatformRun]:
+def platform_run(request: pytest.FixtureRequest,
+                 platform_lab: PlatformLab) -> Iterator[PlatformRun]:
     """Converge + re-run on one container of this OS; --check on a second, fresh one."""
     platform: Platform = request.param
-    lab = platform_lab
+    lab = platform_lab.lab
     suffix = f"{platform.key}-{os.getpid()}"
-    host = start_target(lab.target_image, f"tfhost-ans-{suffix}", platform)
+    rpm_based = platform.pkg_mgr == "dnf"
+    image = rocky_image() if rpm_based else lab.target_image
+    vars_files = [lab.vars_file]
+    if rpm_based:
+        vars_files.append(lab.extra_vars_file(f"{suffix}-vars.yml", rocky_vars(
+            platform_lab.rpm_repos, platform_lab.rpm_base_url)))
+
+    def start(name: str) -> TargetHost:
+        target = start_target(image, name, platform)
+        if rpm_based:
+            try:
+                prepare_rocky(target, platform_lab.rpm_repos, platform_lab.rpm_base_url)
+            except Exception:
+                target.remove()
+                raise
+        return target
+
+    host = start(f"tfhost-ans-{suffix}")
     fresh: TargetHost | None = None
     try:
         inventory = write_inventory(lab.path(f"{suffix}.inventory.yml"), host.name)
         facts = _facts(inventory, host.name)
-        first = run_playbook(inventory, [lab.vars_file], lab.path(f"{suffix}-converge-1.log"))
-        second = run_playbook(inventory, [lab.vars_file], lab.path(f"{suffix}-converge-2.log"))
-        fresh = start_target(lab.target_image, f"tfhost-ans-fresh-{suffix}", platform)
+        first = run_playbook(inventory, vars_files, lab.path(f"{suffix}-converge-1.log"))
+        second = run_playbook(inventory, vars_files, lab.path(f"{suffix}-converge-2.log"))
+        fresh = start(f"tfhost-ans-fresh-{suffix}")
         fresh_inventory = write_inventory(lab.path(f"fresh-{suffix}.inventory.yml"), fresh.name)
-        check = run_playbook(fresh_inventory, [lab.vars_file], lab.path(f"{suffix}-check.log"),
+        check = run_playbook(fresh_inventory, vars_files, lab.path(f"{suffix}-check.log"),
                              "--check")
+        witnesses = CHECK_MODE_WITNESSES + (RPM_CHECK_MODE_WITNESSES if rpm_based else [])
         pristine = {path: fresh.exec("test", "-e", path, check=False).returncode != 0
-                    for path in CHECK_MODE_WITNESSES}
+                    for path in witnesses}
+        epel_off, epel_off_driver = None, ""
+        headers_gone, headers_newest, kernel_devel = None, None, ""
+        if rpm_based:
+            epel_off = run_playbook(
+                fresh_inventory,
+                [*vars_files, lab.extra_vars_file("epel-off.yml", {"nvidia_driver_epel": False})],
+                lab.path(f"{suffix}-epel-off.log"), "--tags", "nvidia_driver")
+            driver = fresh.exec("rpm", "-q", "nvidia-driver-cuda", check=False)
+            epel_off_driver = driver.stdout.strip() if driver.returncode == 0 else ""
+            headers = [*vars_files, lab.extra_vars_file(
+                "default-headers.yml", {"nvidia_driver_kernel_headers_packages": []})]
+            headers_gone = run_playbook(fresh_inventory, headers,
+                                        lab.path(f"{suffix}-headers-gone.log"),
+                                        "--tags", "nvidia_driver")
+            fresh.exec("dnf", "-q", "-y", "install", "kernel-core")
+            headers_newest = run_playbook(fresh_inventory, headers,
+                                          lab.path(f"{suffix}-headers-newest.log"),
+                                          "--tags", "nvidia_driver")
+            devel = fresh.exec("rpm", "-q", "kernel-devel", check=False)
+            kernel_devel = devel.stdout.strip() if devel.returncode == 0 else ""
         fresh.remove()
         fresh = None
-        yield PlatformRun(platform, lab, host, inventory, facts, first, second, check, pristine)
+        yield PlatformRun(platform, lab, host, inventory, facts, first, second, check, pristine,
+                          vars_files, epel_off, epel_off_driver, headers_gone, headers_newest,
+                          kernel_devel)
     finally:
         if fresh is not None:
             fresh.remove()
@@ -147,9 +215,14 @@ def test_second_run_changes_nothing(platform_run: PlatformRun) -> None:
 
 
 def test_the_play_used_this_os_repository(platform_run: PlatformRun) -> None:
-    """The CUDA source is NVIDIA's directory for this OS (ubuntu2404/x86_64, ...)."""
+    """The CUDA source is NVIDIA's directory for this OS (ubuntu2404/x86_64, rhel9/x86_64...)."""
+    distro = platform_run.platform.cuda_repo_distro
+    if platform_run.platform.pkg_mgr == "dnf":
+        source = platform_run.host.read(f"/etc/yum.repos.d/cuda-{distro}-x86_64.repo")
+        assert f"/compute/cuda/repos/{distro}/x86_64\n" in source
+        return
     source = platform_run.host.read("/etc/apt/sources.list.d/nvidia-cuda.list")
-    assert f"/compute/cuda/repos/{platform_run.platform.cuda_repo_distro}/x86_64/ /" in source
+    assert f"/compute/cuda/repos/{distro}/x86_64/ /" in source
 
 
 def test_ubuntu_driver_packages_are_the_branch_named_headless_set(
@@ -179,18 +252,122 @@ def test_check_mode_passes_on_a_fresh_host(platform_run: PlatformRun) -> None:
 
 
 def test_check_mode_changed_nothing(platform_run: PlatformRun) -> None:
-    assert platform_run.pristine_after_check == dict.fromkeys(CHECK_MODE_WITNESSES, True)
+    assert platform_run.pristine_after_check == dict.fromkeys(platform_run.pristine_after_check,
+                                                              True)
+    assert set(CHECK_MODE_WITNESSES) <= set(platform_run.pristine_after_check)
 
 
 def test_testinfra_suite_passes_on_the_converged_host(platform_run: PlatformRun) -> None:
     assert platform_run.first.returncode == 0, "converge failed; see test_first_converge_succeeds"
     env = {**os.environ, "TFHOST_NGC_API_KEY": EXAMPLE_NGC_API_KEY}
+    started = time.monotonic()
     suite = subprocess.run(
         [sys.executable, "-m", "pytest", "tests/infra", f"--hosts=docker://{platform_run.host.name}",
-         "--tfhost-vars", str(platform_run.lab.vars_file), "-p", "no:cacheprovider", "-q", "-rs"],
+         *[f"--tfhost-vars={path}" for path in platform_run.vars_files],
+         "-p", "no:cacheprovider", "-q", "-rs"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
+    record_timing(f"{platform_run.platform.key}: tests/infra", time.monotonic() - started)
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
     summary = suite.stdout.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary, summary
 
+
+
+# --- Rocky 9: the RedHat path's defects that a first real run found (issue 14, item 5) ---
+
+def _rocky(platform_run: PlatformRun) -> TargetHost:
+    if platform_run.platform.pkg_mgr != "dnf":
+        pytest.skip("a RedHat-family check")
+    return platform_run.host
+
+
+def _rpm_versions(host: TargetHost, *names: str) -> dict[str, str]:
+    """version-release of each installed package ('' when it is not installed)."""
+    found = {}
+    for name in names:
+        result = host.exec("rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", name, check=False)
+        found[name] = result.stdout.strip() if result.returncode == 0 else ""
+    return found
+
+
+def test_rocky_driver_is_the_compute_only_set_of_its_module_stream(
+        platform_run: PlatformRun) -> None:
+    """Stream 570-open enabled, then nvidia-driver-cuda + kmod-nvidia-open-dkms: no desktop."""
+    host = _rocky(platform_run)
+    enabled = host.exec("dnf", "-q", "module", "list", "--enabled", "nvidia-driver").stdout
+    assert any(line.split()[:3] == ["nvidia-driver", "570-open", "[e]"]
+               for line in enabled.splitlines()), enabled
+    versions = _rpm_versions(host, "nvidia-driver-cuda", "kmod-nvidia-open-dkms", "nvidia-driver",
+                             "nvidia-settings", "nvidia-driver-libs", "kmod-nvidia-latest-dkms")
+    assert versions["nvidia-driver-cuda"] == versions["kmod-nvidia-open-dkms"] == "570.148.08-1.el9"
+    desktop = [name for name in ("nvidia-driver", "nvidia-settings", "nvidia-driver-libs",
+                                 "kmod-nvidia-latest-dkms") if versions[name]]
+    assert not desktop, f"installed beyond the compute-only set: {desktop}"
+    locked = host.exec("dnf", "-q", "versionlock", "list").stdout
+    assert "nvidia-driver-cuda-3:570.148.08-1.el9.*" in locked, locked
+
+
+def test_rocky_dkms_came_from_epel_with_crb_enabled(platform_run: PlatformRun) -> None:
+    host = _rocky(platform_run)
+    assert _rpm_versions(host, "dkms")["dkms"] == "3.2.1-1.el9"
+    repolist = host.exec("dnf", "-q", "repolist", "--enabled").stdout.split()
+    assert "epel" in repolist and "crb" in repolist, repolist
+    epel = host.read("/etc/yum.repos.d/epel.repo")
+    assert "gpgcheck = 1" in epel and "RPM-GPG-KEY-EPEL-9" in epel
+
+
+def test_rocky_refuses_to_go_on_without_dkms_when_epel_is_off(platform_run: PlatformRun) -> None:
+    """nvidia_driver_epel: false on a host without EPEL: one message naming it, no driver."""
+    _rocky(platform_run)
+    run = platform_run.epel_off
+    assert run is not None
+    record_timing(f"{platform_run.platform.key}: EPEL off, refused", run.seconds)
+    assert run.returncode != 0
+    assert "No enabled repository" in run.output and "nvidia_driver_epel: true" in run.output
+    assert platform_run.epel_off_driver == "", "the driver was installed anyway"
+
+
+def test_rocky_cudnn_is_the_pinned_build_and_locked(platform_run: PlatformRun) -> None:
+    """The rpm's version-release is cudnn_version (package_facts splits the two)."""
+    host = _rocky(platform_run)
+    assert _rpm_versions(host, "libcudnn9-cuda-12")["libcudnn9-cuda-12"] == "9.8.0.87-1"
+    assert "libcudnn9-cuda-12 9.8.0.87-1" in platform_run.first.output
+    assert "libcudnn9-cuda-12-0:9.8.0.87-1.*" in host.exec("dnf", "-q", "versionlock",
+                                                          "list").stdout
+
+
+def test_rocky_docker_ce_replaced_the_conflicting_container_tools(
+        platform_run: PlatformRun) -> None:
+    """podman, buildah and runc (installed before the converge) gave way to containerd.io."""
+    host = _rocky(platform_run)
+    versions = _rpm_versions(host, "podman", "buildah", "runc", "containerd.io", "docker-ce")
+    assert versions["podman"] == versions["buildah"] == versions["runc"] == ""
+    assert versions["containerd.io"] and versions["docker-ce"]
+
+
+def test_rocky_container_toolkit_repo_matches_nvidias_file(platform_run: PlatformRun) -> None:
+    """Signed metadata (repo_gpgcheck=1) vouches for the packages (gpgcheck=0), TLS verified."""
+    host = _rocky(platform_run)
+    parser = configparser.ConfigParser()
+    parser.read_string(host.read("/etc/yum.repos.d/nvidia-container-toolkit.repo"))
+    section = parser["nvidia-container-toolkit"]
+    assert (section["repo_gpgcheck"], section["gpgcheck"], section["sslverify"]) == ("1", "0", "1")
+    assert section["gpgkey"] == "file:///etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit"
+    assert section["baseurl"].endswith("/libnvidia-container/stable/rpm/$basearch")
+
+
+def test_rocky_kernel_devel_for_the_newest_installed_kernel(platform_run: PlatformRun) -> None:
+    """The running kernel's kernel-devel is gone: stop with the fix, or build for the newest."""
+    _rocky(platform_run)
+    gone, newest = platform_run.headers_gone, platform_run.headers_newest
+    assert gone is not None and newest is not None
+    record_timing(f"{platform_run.platform.key}: kernel-devel gone, refused", gone.seconds)
+    record_timing(f"{platform_run.platform.key}: kernel-devel of the newest kernel", newest.seconds)
+    # Only the CI machine's kernel runs, and no repository has its kernel-devel.
+    assert gone.returncode != 0
+    assert "is in no enabled repository" in gone.output and "dnf upgrade kernel" in gone.output
+    # A newer kernel (Rocky's) is installed and waits for its reboot: its kernel-devel goes in.
+    assert newest.returncode == 0, newest.explain()
+    assert platform_run.kernel_devel == "kernel-devel-5.14.0-503.14.1.el9_5.x86_64"
+    assert "the module is built for the newest installed kernel" in newest.output
