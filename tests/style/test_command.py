@@ -125,6 +125,7 @@ def test_tolerance_stops_early_and_checkpoints_and_best_image_are_kept(
         (["--styles", "{style}", "{style}", "--style-blend-weights", "0", "0"], "not all 0"),
         (["--style-scales", "1", "2", "3"], "3 --style-scales for 1 style images"),
         (["--pooling", "min"], "argument --pooling: invalid choice"),
+        (["--precision", "float16"], "argument --precision: invalid choice"),
         (["--weights", "{missing}"], "weights file {missing} does not exist"),
         (["--weights", "{text}"], "neither HDF5"),
         (["--output", "{tmp}/out.jpg"], "is not a .png file"),
