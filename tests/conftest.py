@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.support.docker_engine"]
+pytest_plugins = ["pytester", "tests.support.docker_engine", "tests.support.background"]
 
 INFRA = Path(__file__).parent / "infra"
 

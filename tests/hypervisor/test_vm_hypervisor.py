@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from tests.hypervisor.play import Play, run_hypervisor_play
-from tests.vm.machine import Box, Machine, booted
+from tests.support.background import BackgroundJobs, JobContext, background_job
+from tests.vm.box_fixture import require_box
+from tests.vm.machine import Machine, booted, stop_vm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -43,8 +44,17 @@ SETTINGS = {
 
 
 @dataclass(frozen=True)
+class Baseline:
+    """The guest as booted, before the role: what the first run must change."""
+
+    cmdline: str
+    gpu_driver: str
+
+
+@dataclass(frozen=True)
 class Runs:
     machine: Machine
+    baseline: Baseline
     first: Play
     second: Play
     boot_id_before: str
@@ -59,33 +69,42 @@ def _driver(machine: Machine, address: str) -> str:
                        check=False).stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def guest(box: Box, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Machine, Path]]:
-    workdir = tmp_path_factory.mktemp("hypervisor-vm")
-    with booted(box, workdir / "state", "--iommu", *GPU_SHAPED_DEVICE) as machine:
-        yield machine, workdir
+@background_job(__file__, name="hypervisor-vm")
+def boot_and_run_twice(job: JobContext) -> Runs:
+    """Boot the box with an IOMMU and the GPU-shaped device, run hypervisor.yml twice.
 
-
-@pytest.fixture(scope="module")
-def runs(guest: tuple[Machine, Path]) -> Runs:
-    machine, workdir = guest
-    inventory = machine.inventory(workdir / "inventory.yml", [], group="gpu_hypervisors")
+    A background job (tests/support/background.py): it starts after collection
+    and runs beside the other tests; the fixture below collects its result.
+    """
+    box = require_box()
+    state = job.workdir / "state"
+    job.on_cancel(lambda: stop_vm(state))
+    machine = job.stack.enter_context(booted(box, state, "--iommu", *GPU_SHAPED_DEVICE))
+    baseline = Baseline(machine.run("cat /proc/cmdline").stdout, _driver(machine, GPU))
+    inventory = machine.inventory(job.workdir / "inventory.yml", [], group="gpu_hypervisors")
     before = _boot_id(machine)
-    first = run_hypervisor_play(inventory, SETTINGS, workdir, timeout=1200)
-    second = run_hypervisor_play(inventory, SETTINGS, workdir, timeout=600) \
+    first = run_hypervisor_play(inventory, SETTINGS, job.workdir, timeout=1200)
+    second = run_hypervisor_play(inventory, SETTINGS, job.workdir, timeout=600) \
         if first.returncode == 0 else first
-    return Runs(machine, first, second, before)
+    return Runs(machine, baseline, first, second, before)
+
+
+@pytest.fixture(scope="module")
+def runs(background_jobs: BackgroundJobs) -> Iterator[Runs]:
+    try:
+        yield background_jobs.result("hypervisor-vm")
+    finally:
+        background_jobs.handle("hypervisor-vm").close()  # the guest stops with this module
 
 
 def _changed(play: Play) -> list[str]:
     return [name for name, result in play.tasks(HOST) if result.get("changed")]
 
 
-def test_before_the_role_nothing_is_bound_to_vfio(guest: tuple[Machine, Path]) -> None:
-    """The baseline the first run changes (pytest runs this before the `runs` fixture)."""
-    machine, _ = guest
-    assert "intel_iommu=on" not in machine.run("cat /proc/cmdline").stdout
-    assert _driver(machine, GPU) != "vfio-pci"
+def test_before_the_role_nothing_is_bound_to_vfio(runs: Runs) -> None:
+    """The baseline the first run changed, read by the job before the role ran."""
+    assert "intel_iommu=on" not in runs.baseline.cmdline
+    assert runs.baseline.gpu_driver != "vfio-pci"
 
 
 def test_first_run_reboots_into_the_iommu_with_vfio_bound(runs: Runs) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ SSH_OPTIONS = [
 ]
 BUILD_BOX = REPO / "scripts" / "build-box.sh"
 VM = REPO / "scripts" / "vm.sh"
+# Background jobs (tests/support/background.py) and fixtures may ask for the box
+# at the same moment: one builds it, the other then finds it in the cache.
+_BOX_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,9 @@ class Box:
 
 def build_box(timeout: float = 900) -> Box:
     """Build the box, or find it in the cache; fails with the script's own last lines."""
-    result = subprocess.run([str(BUILD_BOX)], capture_output=True, text=True, timeout=timeout,
-                            check=False)
+    with _BOX_LOCK:
+        result = subprocess.run([str(BUILD_BOX)], capture_output=True, text=True,
+                                timeout=timeout, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"build-box.sh failed (rc {result.returncode}):\n"
                            f"{result.stderr[-3000:]}")
@@ -172,4 +177,9 @@ def booted(box: Box, state: Path, *extra: str, boot_timeout: int = 420) -> Itera
                                f"console:\n{machine.console()[-3000:]}")
         yield machine
     finally:
-        _vm("stop", "--state", str(state), "--timeout", "60", timeout=120)
+        stop_vm(state)
+
+
+def stop_vm(state: Path) -> None:
+    """Stop the guest whose state folder is `state` (nothing happens if it is already down)."""
+    _vm("stop", "--state", str(state), "--timeout", "60", timeout=120)

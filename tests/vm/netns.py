@@ -142,7 +142,7 @@ def libvirt_namespace(root: Path, hide_kvm: bool,
     finally:
         if namespace is not None:
             try:
-                _destroy_domains(namespace)
+                destroy_domains(namespace)
             finally:
                 # PID 1 of the namespace: the kernel kills everything else in it,
                 # also when libvirtd no longer answered above.
@@ -166,7 +166,7 @@ def _child_of(pid: int, timeout: float = 10) -> int:
     raise RuntimeError(f"unshare (pid {pid}) started no child")
 
 
-def _destroy_domains(namespace: Namespace) -> None:
+def destroy_domains(namespace: Namespace) -> None:
     """Power off and undefine what a failed test left, before the daemons go."""
     try:
         listed = namespace.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"],

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -46,9 +47,11 @@ from tests.ansible.fake_registry import fake_registry
 from tests.ansible.lab import CONTAINER_VARS
 from tests.ansible.playbook import EXAMPLE_NGC_API_KEY, REPO, VAULT_PASSWORD
 from tests.fixtures.aptrepo import build_stub_repos, serve_directory
+from tests.support.background import BackgroundJobs, JobContext, background_job
 from tests.vm.apt_proxy import AptProxy, apt_proxy
+from tests.vm.box_fixture import require_box
 from tests.vm.machine import Box
-from tests.vm.netns import Namespace, libvirt_namespace, relay_ports
+from tests.vm.netns import Namespace, destroy_domains, libvirt_namespace, relay_ports
 
 # Opt-in until it has passed end to end: its one run (under a load of 15-27) timed out
 # inside the driver role, and beside tests/vm/test_vm_site.py it would push the suite
@@ -131,12 +134,12 @@ def _domain_type() -> str:
     return "kvm" if hardware and os.access("/dev/kvm", os.R_OK | os.W_OK) else "qemu"
 
 
-@pytest.fixture(scope="module")
-def lab(box: Box, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+@contextmanager
+def _lab(box: Box, workdir: Path) -> Iterator[Lab]:
+    """The namespace with libvirtd, the loopback services relayed into it, Vagrant's environment."""
     missing = sorted({package for tool, package in TOOLS.items() if shutil.which(tool) is None})
     if missing:
         pytest.fail(f"missing tools for the vagrant test; apt-get install -y {' '.join(missing)}")
-    workdir = tmp_path_factory.mktemp("vagrant-up")
     repos = build_stub_repos(workdir / "repos")
     with serve_directory(repos.root, workdir / "repo-http.log") as base_url, \
             fake_registry("$oauthtoken", EXAMPLE_NGC_API_KEY) as registry, \
@@ -169,15 +172,49 @@ def lab(box: Box, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
                 if "destroy" not in lab.steps:
                     lab.vagrant("destroy", "destroy", "-f", timeout=300)
                 (workdir / "times.json").write_text(json.dumps(lab.times, indent=1))
-                print(f"\nvagrant steps (s): {json.dumps(lab.times)}")
 
 
-@pytest.fixture(scope="module")
-def up(lab: Lab, box: Box) -> Step:
+@dataclass(frozen=True)
+class Up:
+    lab: Lab
+    step: Step
+
+
+@background_job(__file__, name="vagrant-up")
+def vagrant_up(job: JobContext) -> Up:
+    """`vagrant box add` and `vagrant up` in a fresh namespace: the slow part, in the background.
+
+    A background job (tests/support/background.py): it starts after collection
+    and runs beside the other tests; the fixtures below collect its result.
+    """
+    box = require_box()
+    lab = job.stack.enter_context(_lab(box, job.workdir))
+    job.on_cancel(lambda: destroy_domains(lab.namespace))
     added = lab.vagrant("box-add", "box", "add", "--name", "tfhost/debian12",
                         str(box.vagrant_box))
     assert added.returncode == 0, added.output[-3000:]
-    return lab.vagrant("up", "up", "--provider=libvirt", timeout=3000)
+    return Up(lab, lab.vagrant("up", "up", "--provider=libvirt", timeout=3000))
+
+
+@pytest.fixture(scope="module")
+def _vagrant(background_jobs: BackgroundJobs) -> Iterator[Up]:
+    try:
+        yield background_jobs.result("vagrant-up")
+    finally:
+        handle = background_jobs.handle("vagrant-up")
+        handle.close()  # destroys the guest if the tests did not, stops libvirtd
+        if handle.value is not None:
+            print(f"\nvagrant steps (s): {json.dumps(handle.value.lab.times)}")
+
+
+@pytest.fixture(scope="module")
+def lab(_vagrant: Up) -> Lab:
+    return _vagrant.lab
+
+
+@pytest.fixture(scope="module")
+def up(_vagrant: Up) -> Step:
+    return _vagrant.step
 
 
 def test_vagrant_up_provisions_site_yml(up: Step) -> None:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -36,8 +37,10 @@ from tests.ansible.lab import CONTAINER_VARS
 from tests.ansible.playbook import EXAMPLE_NGC_API_KEY, REPO, PlaybookRun, run_playbook
 from tests.ansible.target import PREEXISTING_DAEMON_JSON, TEST_USER
 from tests.fixtures.aptrepo import build_stub_repos, serve_directory
+from tests.support.background import BackgroundJobs, JobContext, background_job
 from tests.vm.apt_proxy import AptProxy, apt_proxy
-from tests.vm.machine import Box, Machine, booted
+from tests.vm.box_fixture import require_box
+from tests.vm.machine import Box, Machine, booted, stop_vm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
@@ -62,19 +65,17 @@ class Services:
 
 @dataclass(frozen=True)
 class Converged:
+    box: Box
     machine: Machine
+    services: Services
     run: PlaybookRun
     vars_file: Path
     boot_id_before: str
+    workdir: Path
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("vm-site")
-
-
-@pytest.fixture(scope="module")
-def services(workdir: Path) -> Iterator[Services]:
+@contextmanager
+def _services(workdir: Path) -> Iterator[Services]:
     repos = build_stub_repos(workdir / "repos")
     with serve_directory(repos.root, workdir / "repo-http.log") as base_url, \
             fake_registry("$oauthtoken", EXAMPLE_NGC_API_KEY) as registry, \
@@ -82,12 +83,6 @@ def services(workdir: Path) -> Iterator[Services]:
         ports = [proxy.port, urlsplit(base_url).port or 80, int(registry.address.split(":")[1])]
         variables = {**repos.ansible_vars(base_url), **VM_VARS, "ngc_registry": registry.address}
         yield Services(proxy, registry, variables, ports)
-
-
-@pytest.fixture(scope="module")
-def machine(box: Box, workdir: Path) -> Iterator[Machine]:
-    with booted(box, workdir / "state", "--memory", "3072") as guest:
-        yield guest
 
 
 def _prepare(machine: Machine, proxy: AptProxy) -> None:
@@ -106,15 +101,48 @@ def _prepare(machine: Machine, proxy: AptProxy) -> None:
     machine.write_root_file("/etc/docker/daemon.json", json.dumps(PREEXISTING_DAEMON_JSON) + "\n")
 
 
-@pytest.fixture(scope="module")
-def converged(machine: Machine, services: Services, workdir: Path) -> Converged:
+@background_job(__file__, name="vm-site")
+def boot_and_converge(job: JobContext) -> Converged:
+    """Boot the box, prepare it like a fresh server and converge site.yml in it.
+
+    A background job (tests/support/background.py): it starts after collection
+    and runs beside the other tests; the fixture below collects its result.
+    """
+    box = require_box()
+    services = job.stack.enter_context(_services(job.workdir))
+    state = job.workdir / "state"
+    job.on_cancel(lambda: stop_vm(state))
+    machine = job.stack.enter_context(booted(box, state, "--memory", "3072"))
     _prepare(machine, services.proxy)
     boot_id = machine.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
-    vars_file = workdir / "vm-vars.yml"
+    vars_file = job.workdir / "vm-vars.yml"
     vars_file.write_text(yaml.safe_dump(services.variables, sort_keys=True))
-    inventory = machine.inventory(workdir / "inventory.yml", services.ports)
-    run = run_playbook(inventory, [vars_file], workdir / "converge.log", timeout=2400)
-    return Converged(machine, run, vars_file, boot_id)
+    inventory = machine.inventory(job.workdir / "inventory.yml", services.ports)
+    run = run_playbook(inventory, [vars_file], job.workdir / "converge.log", timeout=2400)
+    return Converged(box, machine, services, run, vars_file, boot_id, job.workdir)
+
+
+@pytest.fixture(scope="module")
+def converged(background_jobs: BackgroundJobs) -> Iterator[Converged]:
+    try:
+        yield background_jobs.result("vm-site")
+    finally:
+        background_jobs.handle("vm-site").close()  # the guest stops when this module is done
+
+
+@pytest.fixture(scope="module")
+def machine(converged: Converged) -> Machine:
+    return converged.machine
+
+
+@pytest.fixture(scope="module")
+def services(converged: Converged) -> Services:
+    return converged.services
+
+
+@pytest.fixture(scope="module")
+def workdir(converged: Converged) -> Path:
+    return converged.workdir
 
 
 def test_guest_boots_and_vagrant_has_passwordless_sudo(machine: Machine) -> None:
@@ -125,7 +153,7 @@ def test_guest_boots_and_vagrant_has_passwordless_sudo(machine: Machine) -> None
     assert "Linux version" in machine.console(), "the serial console log is empty"
 
 
-def test_guest_has_its_own_identity(machine: Machine, box: Box) -> None:
+def test_guest_has_its_own_identity(machine: Machine) -> None:
     machine_id = machine.run("cat /etc/machine-id").stdout.strip()
     assert len(machine_id) == 32
     keys = machine.run("ls /etc/ssh/").stdout.split()

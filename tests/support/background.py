@@ -1,0 +1,191 @@
+"""Start a slow module's set-up when the session starts, so that it overlaps the other tests.
+
+Why: the VM tests (tests/vm/test_vm_site.py, tests/hypervisor/test_vm_hypervisor.py)
+spend most of their time booting a guest under TCG and converging a playbook
+in it, waiting on one or two emulated CPUs. Run in order, that is a quarter of
+the suite's wall time on CI's two cores. Registered here, the same work starts
+in one background thread as soon as collection has selected the module's tests,
+and the module's fixture only collects the result when pytest reaches it.
+
+* A job is registered at import time with `@background_job(__file__)`; it runs
+  only if at least one test of that module was selected (`-k`, `-m`, paths).
+* Jobs run one after another, in the order the session will need them (the
+  position of each module's first test), on a single worker thread: one guest
+  at a time beside the foreground tests, never two.
+* A job gets an ExitStack for what must stay up while its tests run (the VM,
+  the HTTP services); the module fixture closes it when the module is done
+  (`JobHandle.close`), so a guest never idles until the end of the session.
+* An exception in a job, `pytest.skip` included, is raised again by `result()`,
+  in the fixture: it shows as that module's set-up error (or skip), as before.
+* `--no-background` runs each job in its fixture instead, as a plain fixture would.
+* If the session ends early (-x, Ctrl-C), the job's cancel callbacks run (they
+  stop the guest, so the job fails fast) and its stack is closed.
+
+The thread writes nothing to stdout (pytest's capture would hand it to whichever
+test is running); a job returns its timings and the fixture prints them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+JOIN_TIMEOUT_S = 600
+
+
+@dataclass
+class JobContext:
+    """What a job gets: a work folder, a stack to keep its services up, a cancel hook."""
+
+    workdir: Path
+    stack: ExitStack = field(default_factory=ExitStack)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    _cancel_callbacks: list[Callable[[], object]] = field(default_factory=list)
+
+    def on_cancel(self, callback: Callable[[], object]) -> None:
+        """`callback` runs (on the main thread) if the session ends before the job does."""
+        self._cancel_callbacks.append(callback)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        for callback in reversed(self._cancel_callbacks):
+            with suppress(Exception):  # best effort: the stack still closes
+                callback()
+
+
+Work = Callable[[JobContext], Any]
+
+
+@dataclass
+class JobHandle:
+    """One registered job: where it comes from, its result once run, how long it took."""
+
+    name: str
+    module: Path
+    work: Work
+    context: JobContext | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: BaseException | None = None
+    started_at: float | None = None
+    seconds: float | None = None
+
+    def run(self) -> None:
+        assert self.context is not None, "prepare() gives the job its work folder first"
+        self.started_at = time.monotonic()
+        try:
+            self.value = self.work(self.context)
+        except BaseException as error:  # handed to the fixture as it is, skips too
+            self.error = error
+        finally:
+            self.seconds = time.monotonic() - self.started_at
+            self.done.set()
+
+    def prepare(self, workdir: Path) -> None:
+        self.context = JobContext(workdir)
+
+    def close(self) -> None:
+        """Stop what the job left running (its ExitStack); safe to call twice."""
+        if self.context is not None:
+            self.context.stack.close()
+
+
+_REGISTRY: dict[str, JobHandle] = {}
+
+
+def background_job(module_file: str, name: str | None = None) -> Callable[[Work], Work]:
+    """Register `work` as the background set-up of the test module `module_file`."""
+    def register(work: Work) -> Work:
+        key = name or work.__qualname__
+        _REGISTRY[key] = JobHandle(key, Path(module_file).resolve(), work)
+        return work
+    return register
+
+
+class BackgroundJobs:
+    """The pytest plugin that starts the selected jobs and hands their results to fixtures."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.enabled = not config.getoption("no_background", default=False)
+        self.queue: list[JobHandle] = []
+        self.thread: threading.Thread | None = None
+        self.stopping = threading.Event()
+
+    def _workdir(self, job: JobHandle) -> Path:
+        factory: pytest.TempPathFactory = self.config._tmp_path_factory  # type: ignore[attr-defined]
+        return factory.mktemp(job.name)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        first_use: dict[str, int] = {}
+        for index, item in enumerate(session.items):
+            for job in _REGISTRY.values():
+                if job.name not in first_use and Path(str(item.path)).resolve() == job.module:
+                    first_use[job.name] = index
+        self.queue = sorted((_REGISTRY[name] for name in first_use),
+                            key=lambda job: first_use[job.name])
+        if session.config.option.collectonly:
+            return
+        for job in self.queue:  # on the main thread: mktemp is not meant for threads
+            job.prepare(self._workdir(job))
+        if self.enabled and self.queue:
+            self.thread = threading.Thread(target=self._run_all, name="background-jobs",
+                                           daemon=True)
+            self.thread.start()
+
+    def _run_all(self) -> None:
+        for job in self.queue:
+            if self.stopping.is_set():
+                break
+            job.run()
+
+    def result(self, name: str) -> Any:
+        """The job's value; waits for it, runs it here if it never started; re-raises its error."""
+        job = _REGISTRY[name]
+        if self.thread is None or job not in self.queue:
+            if job.context is None:
+                job.prepare(self._workdir(job))
+            if not job.done.is_set():
+                job.run()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.value
+
+    def handle(self, name: str) -> JobHandle:
+        return _REGISTRY[name]
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.stopping.set()  # the worker starts no further job
+        for job in self.queue:
+            if job.started_at is not None and not job.done.is_set() and job.context is not None:
+                job.context.cancel()
+        if self.thread is not None:
+            self.thread.join(JOIN_TIMEOUT_S)
+        for job in self.queue:
+            job.close()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--no-background", dest="no_background", action="store_true",
+                     help="run the VM tests' set-up in their fixtures instead of in a "
+                          "background thread started after collection")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(BackgroundJobs(config), "background-jobs")
+
+
+@pytest.fixture(scope="session")
+def background_jobs(pytestconfig: pytest.Config) -> BackgroundJobs:
+    plugin = pytestconfig.pluginmanager.get_plugin("background-jobs")
+    assert isinstance(plugin, BackgroundJobs)
+    return plugin

@@ -1,0 +1,195 @@
+"""tests/support/background.py: jobs start after collection and overlap the tests before them.
+
+Each case runs an inner pytest session in a subprocess (the registry is
+module state) on small generated test modules whose jobs write what happened
+to a journal file, with times, so the order of events can be asserted.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+JOURNAL_HELPER = '''
+import time
+from pathlib import Path
+
+JOURNAL = Path(__file__).parent / "journal.txt"
+
+
+def note(event):
+    with JOURNAL.open("a") as stream:
+        stream.write(f"{time.monotonic():.3f} {event}\\n")
+'''
+
+SLOW_MODULE = '''
+from contextlib import contextmanager
+
+import pytest
+
+from journal import note
+from tests.support.background import background_job
+
+
+@contextmanager
+def service():
+    note("service up")
+    try:
+        yield "svc"
+    finally:
+        note("service down")
+
+
+@background_job(__file__, name="slow")
+def slow(job):
+    note("job start")
+    job.stack.enter_context(service())
+    job.on_cancel(lambda: note("cancelled"))
+    for _ in range(JOB_TICKS):
+        if job.cancelled.is_set():
+            raise RuntimeError("stopped")
+        __import__("time").sleep(0.1)
+    note("job end")
+    return {"answer": 42, "workdir": str(job.workdir)}
+
+
+@pytest.fixture(scope="module")
+def result(background_jobs):
+    try:
+        yield background_jobs.result("slow")
+    finally:
+        background_jobs.handle("slow").close()
+
+
+def test_uses_the_result(result):
+    note("slow test")
+    assert result["answer"] == 42
+'''
+
+FAST_MODULE = '''
+import time
+
+from journal import note
+
+
+def test_first():
+    note("fast test start")
+    time.sleep(FAST_SECONDS)
+    note("fast test end")
+
+
+def test_fails_early():
+    assert FAST_FAILS is False
+'''
+
+
+def _events(journal: Path) -> list[tuple[float, str]]:
+    lines = journal.read_text().splitlines() if journal.exists() else []
+    return [(float(line.split(" ", 1)[0]), line.split(" ", 1)[1]) for line in lines]
+
+
+def _names(events: list[tuple[float, str]]) -> list[str]:
+    return [name for _, name in events]
+
+
+def _session(pytester: pytest.Pytester, *args: str, job_ticks: int = 10,
+             fast_seconds: float = 1.5, fast_fails: bool = False,
+             job_body: str | None = None) -> tuple[pytest.RunResult, list[tuple[float, str]]]:
+    pytester.makepyfile(journal=JOURNAL_HELPER)
+    slow = SLOW_MODULE.replace("JOB_TICKS", str(job_ticks))
+    if job_body is not None:
+        slow = slow.replace('    note("job start")\n', f'    note("job start")\n{job_body}')
+    # pytest runs a_fast before z_slow: the job must start before a_fast ends.
+    pytester.makepyfile(
+        test_a_fast=FAST_MODULE.replace("FAST_SECONDS", str(fast_seconds))
+        .replace("FAST_FAILS", str(fast_fails)),
+        test_z_slow=slow,
+    )
+    pytester.makeini("[pytest]\n")
+    result = pytester.runpytest_subprocess("-p", "tests.support.background", "-v",
+                                           "-p", "no:cacheprovider", *args)
+    return result, _events(pytester.path / "journal.txt")
+
+
+@pytest.fixture(autouse=True)
+def _importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+
+
+def test_job_starts_after_collection_and_overlaps_earlier_tests(pytester: pytest.Pytester) -> None:
+    result, events = _session(pytester)
+    result.assert_outcomes(passed=3)
+    names = _names(events)
+    assert names.index("job start") < names.index("fast test end"), names
+    assert names.index("job end") < names.index("slow test"), names
+    assert names[-1] == "service down", names
+
+
+def test_the_stack_closes_when_the_module_is_done(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_zz_after=(
+        "from journal import note\n\n\ndef test_after():\n    note('after module')\n"))
+    result, events = _session(pytester)
+    result.assert_outcomes(passed=4)
+    names = _names(events)
+    assert names.index("service down") < names.index("after module"), names
+
+
+def test_deselected_module_starts_no_job(pytester: pytest.Pytester) -> None:
+    result, events = _session(pytester, "-k", "fast")
+    result.assert_outcomes(passed=2, deselected=1)
+    assert "job start" not in _names(events)
+
+
+def test_no_background_runs_the_job_in_its_fixture(pytester: pytest.Pytester) -> None:
+    result, events = _session(pytester, "--no-background")
+    result.assert_outcomes(passed=3)
+    names = _names(events)
+    assert names.index("fast test end") < names.index("job start"), names
+
+
+def test_a_failing_job_is_the_modules_setup_error(pytester: pytest.Pytester) -> None:
+    result, _ = _session(pytester, job_body='    raise ValueError("the box would not boot")\n')
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*ValueError: the box would not boot*"])
+
+
+def test_a_skip_in_the_job_skips_the_module(pytester: pytest.Pytester) -> None:
+    result, _ = _session(pytester, "-rs", job_body='    pytest.skip("needs root")\n')
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*needs root*"])
+
+
+def test_a_session_that_stops_early_cancels_the_job(pytester: pytest.Pytester) -> None:
+    # -x stops at test_fails_early while the job still has ~20 s to run.
+    result, events = _session(pytester, "-x", job_ticks=200, fast_seconds=0.5, fast_fails=True)
+    assert result.ret == 1
+    names = _names(events)
+    assert "cancelled" in names and "job end" not in names, names
+    assert names[-1] == "service down", names
+
+
+def test_jobs_run_in_the_order_their_modules_are_needed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_m_middle=textwrap.dedent('''
+        import pytest
+
+        from journal import note
+        from tests.support.background import background_job
+
+
+        @background_job(__file__, name="middle")
+        def middle(job):
+            note("middle job")
+            return 1
+
+
+        def test_middle(background_jobs):
+            assert background_jobs.result("middle") == 1
+    '''))
+    result, events = _session(pytester)
+    result.assert_outcomes(passed=4)
+    names = _names(events)
+    assert names.index("middle job") < names.index("job start"), names
