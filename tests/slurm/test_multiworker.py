@@ -51,6 +51,11 @@ def test_two_task_job_trains_and_the_chief_writes_one_record(
     assert record["distributed"]["nodes"] == 1
     assert record["replicas"] == 2 and record["distributed"]["replicas_across_nodes"] == 2
     assert record["global_batch_size"] == 16 and record["batch_size_per_replica"] == 8
+    # Every worker re-executed itself with workloads/netbind: the node's address, the job's ports.
+    bind = record["distributed"]["worker_bind"]
+    assert bind["mode"] == "node" and bind["address"] == "127.0.0.1", bind
+    low, high = (int(port) for port in bind["ports"].split("-"))
+    assert high - low == 15
     assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 1  # chief only
     assert log.count("epoch 2:") == 1  # the other worker stays quiet
 

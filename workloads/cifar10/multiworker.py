@@ -9,7 +9,10 @@ initialises its devices, so the resolver is built first.
 
 Security: the cluster spec names only the job's nodes and ports, but TensorFlow's
 gRPC server is unauthenticated and binds every interface (``[::]:port``) whatever
-the spec says; TensorFlow offers no bind address to set. Jobs must run on a
+the spec says; TensorFlow offers no bind address to set. So each task re-executes
+itself once, before TensorFlow loads, with workloads/netbind's preload library,
+which moves that bind onto the address the node's SLURM name resolves to
+(``bind_to_node``). The workers stay unauthenticated: jobs still belong on a
 trusted cluster network with the port range (20000-39999) firewalled to the
 cluster (scripts/slurm/README.md; tests/slurm/test_worker_addresses.py).
 """
@@ -17,12 +20,15 @@ cluster (scripts/slurm/README.md; tests/slurm/test_worker_addresses.py).
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
+from workloads import netbind
 from workloads.errors import WorkloadError
 
 DEFAULT_PORT_BASE = 20000
+PORTS_PER_JOB = 16  # workers per node a job can have; jobs sharing a node get disjoint ranges
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class SlurmTask:
     workers: int
     nodes: list[str]
     gpus_per_node: int
+    binding: netbind.Binding | None = None
 
     @property
     def is_chief(self) -> bool:
@@ -61,7 +68,19 @@ def port_base() -> int:
     if explicit:
         return int(explicit)
     job = int(os.environ.get("SLURM_JOB_ID", "0") or 0)
-    return DEFAULT_PORT_BASE + (job * 16) % 20000
+    return DEFAULT_PORT_BASE + (job * PORTS_PER_JOB) % 20000
+
+
+def bind_to_node() -> netbind.Binding:
+    """Keep this task's TensorFlow worker on its node's address (re-executes once; see netbind).
+
+    Called before TensorFlow is imported. The node is the one slurmd named for
+    this task (``SLURMD_NODENAME``), the name the cluster spec gives the other
+    workers for it; the ports are the job's whole range.
+    """
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    base = port_base()
+    return netbind.keep_workers_on_node(node, base, base + PORTS_PER_JOB - 1)
 
 
 def gpus_per_node() -> int:

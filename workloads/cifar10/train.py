@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workloads import netbind
 from workloads.cifar10 import data as cifar_data
 from workloads.cifar10.models import MODELS, ModelSpec
 from workloads.cifar10.multiworker import SlurmTask, wants_slurm
@@ -91,12 +92,18 @@ def place(config: TrainConfig) -> Placement:
             )
         return Placement(contextlib.nullcontext(), 1, [_single_device_name(backend)], 0)
 
+    if wants_slurm(config.distributed):
+        from workloads.cifar10 import multiworker
+
+        binding = multiworker.bind_to_node()  # before TensorFlow loads: may re-execute
+        import tensorflow as tf
+
+        return _place_slurm(tf, config, binding)
+
     import tensorflow as tf
 
     from workloads.devices import require_supported, setup_tensorflow
 
-    if wants_slurm(config.distributed):
-        return _place_slurm(tf, config)
     gpus = setup_tensorflow(tf, cpu_replicas=config.cpu_replicas if config.gpus is None else 1)
     require_supported(gpus)
     if gpus and config.cpu_replicas > 1:
@@ -129,7 +136,7 @@ def place(config: TrainConfig) -> Placement:
     return Placement(tf.distribute.get_strategy(), 1, [cpu_model()], 0)
 
 
-def _place_slurm(tf: Any, config: TrainConfig) -> Placement:
+def _place_slurm(tf: Any, config: TrainConfig, binding: netbind.Binding) -> Placement:
     """One worker per SLURM task, MultiWorkerMirroredStrategy over all of them."""
     from workloads.cifar10 import multiworker
     from workloads.devices import require_supported, setup_tensorflow
@@ -141,6 +148,7 @@ def _place_slurm(tf: Any, config: TrainConfig) -> Placement:
             "ask SLURM for the GPUs (--gres=gpu:N, --ntasks-per-node) and drop these options",
         )
     resolver, task = multiworker.resolve(tf)
+    task = dataclasses.replace(task, binding=binding)
     gpus = setup_tensorflow(tf)
     require_supported(gpus)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
@@ -373,6 +381,7 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
             "nodes": len(placement.slurm.nodes),
             "node_names": placement.slurm.nodes,
             "replicas_across_nodes": placement.replicas,
+            "worker_bind": placement.slurm.binding.as_record() if placement.slurm.binding else None,
             "task_id": placement.slurm.task_id,
         }
     log_every = config.log_every if placement.is_chief else 0
