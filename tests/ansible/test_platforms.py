@@ -109,16 +109,7 @@ def _facts(inventory: Path, host: str) -> dict[str, str]:
     return {key.removeprefix("ansible_"): str(facts.get(key, "")) for key in wanted}
 
 
-# Ubuntu 22.04 is defined like 24.04 but has not yet finished a run: opt-in
-# (TFHOST_UBUNTU2204=1) until it has, so the suite stays within its time budget.
-OPT_IN = {"ubuntu2204": "TFHOST_UBUNTU2204"}
-PARAMS = [
-    pytest.param(platform, id=platform.key, marks=pytest.mark.skipif(
-        platform.key in OPT_IN and os.environ.get(OPT_IN.get(platform.key, "")) != "1",
-        reason=f"{platform.key} is opt-in ({OPT_IN.get(platform.key)}=1) until it has passed "
-               "a full run; see tests/README.md"))
-    for platform in STAND_INS
-]
+PARAMS = [pytest.param(platform, id=platform.key) for platform in STAND_INS]
 
 
 @pytest.fixture(scope="module", params=PARAMS)
