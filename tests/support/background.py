@@ -100,6 +100,21 @@ class JobHandle:
 _REGISTRY: dict[str, JobHandle] = {}
 
 
+def _skipped_by_mark(item: pytest.Item) -> bool:
+    """True for a test that a `skip` mark, or a `skipif` with a true boolean, will skip.
+
+    An opt-in module (skipif on an environment variable) must not start its job.
+    String conditions are not evaluated here: such a test counts as selected.
+    """
+    if item.get_closest_marker("skip") is not None:
+        return True
+    for mark in item.iter_markers("skipif"):
+        condition = mark.args[0] if mark.args else mark.kwargs.get("condition")
+        if isinstance(condition, bool) and condition:
+            return True
+    return False
+
+
 def background_job(module_file: str, name: str | None = None) -> Callable[[Work], Work]:
     """Register `work` as the background set-up of the test module `module_file`."""
     def register(work: Work) -> Work:
@@ -127,6 +142,8 @@ class BackgroundJobs:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         first_use: dict[str, int] = {}
         for index, item in enumerate(session.items):
+            if _skipped_by_mark(item):
+                continue
             for job in _REGISTRY.values():
                 if job.name not in first_use and Path(str(item.path)).resolve() == job.module:
                     first_use[job.name] = index

@@ -193,3 +193,18 @@ def test_jobs_run_in_the_order_their_modules_are_needed(pytester: pytest.Pyteste
     result.assert_outcomes(passed=4)
     names = _names(events)
     assert names.index("middle job") < names.index("job start"), names
+
+
+def test_a_module_skipped_by_its_mark_starts_no_job(pytester: pytest.Pytester) -> None:
+    result, events = _session(pytester, "-rs", job_body="")
+    result.assert_outcomes(passed=3)
+    assert "job start" in _names(events)  # the same module without the mark
+    pytester.makepyfile(test_z_slow=(pytester.path / "test_z_slow.py").read_text().replace(
+        "from tests.support.background import background_job",
+        "from tests.support.background import background_job\n\n"
+        "pytestmark = pytest.mark.skipif(True, reason='opt-in')"))
+    (pytester.path / "journal.txt").unlink()
+    skipped = pytester.runpytest_subprocess("-p", "tests.support.background", "-p",
+                                            "no:cacheprovider")
+    skipped.assert_outcomes(passed=2, skipped=1)
+    assert "job start" not in _names(_events(pytester.path / "journal.txt"))
