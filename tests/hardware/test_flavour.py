@@ -53,10 +53,14 @@ def _load() -> ModuleType:
 facts = _load()
 
 
+RETIRED = yaml.safe_load(
+    (ROLE / "vars" / "gpu_generations.yml").read_text())["__nvidia_driver_retired_flavours"]
+
+
 def decide(machine: Machine, tmp_path: Path, kernel_modules: str = "auto",
            branch: str = "570") -> dict[str, Any]:
     result: dict[str, Any] = facts.decide(str(machine.build(tmp_path)), TABLE, kernel_modules,
-                                          branch, "5.2")
+                                          branch, "5.2", RETIRED)
     return result
 
 
@@ -145,6 +149,20 @@ def test_a_branch_after_580_is_refused_for_pascal_naming_the_last_branch(tmp_pat
     assert "is 580" in message
     assert 'nvidia_driver_branch: "580"' in message
     assert decide(P100, tmp_path / "580", branch="580")["flavour"] == "proprietary"
+
+
+def test_proprietary_on_branch_620_or_later_is_refused_naming_open(tmp_path: Path) -> None:
+    message = refusal(T4, tmp_path, kernel_modules="proprietary", branch="620")
+    assert "driver branch 620 ships no proprietary kernel modules" in message
+    assert "nvidia_driver_kernel_modules: auto" in message and "before 620" in message
+    assert decide(T4, tmp_path / "auto", branch="620")["flavour"] == "open"
+    assert decide(T4, tmp_path / "595", kernel_modules="proprietary",
+                  branch="595")["flavour"] == "proprietary"
+
+
+def test_pascal_on_branch_620_is_refused_by_its_last_branch(tmp_path: Path) -> None:
+    message = refusal(P100, tmp_path, branch="620")
+    assert 'nvidia_driver_branch: "580"' in message
 
 
 def test_a_branch_before_blackwell_is_refused(tmp_path: Path) -> None:

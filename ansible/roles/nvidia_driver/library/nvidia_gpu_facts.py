@@ -49,6 +49,11 @@ options:
     description: Every GPU must have at least this compute capability.
     type: str
     default: "5.2"
+  retired_flavours:
+    description: Flavours a branch no longer ships, as flavour -> first branch without it
+      (C({"proprietary": "620"})); choosing one on such a branch fails.
+    type: dict
+    default: {}
 author: tf-gpu-host
 """
 
@@ -195,6 +200,17 @@ def check_compute_capability(gpus: list[Gpu], minimum: str) -> None:
             f"later), or take this host out of the inventory.")
 
 
+def check_flavour_in_branch(requested: str, branch: str, retired: dict[str, str]) -> None:
+    """Refuse a flavour the branch no longer ships (proprietary modules end before 620)."""
+    gone_from = retired.get(requested)
+    if gone_from and int(branch) >= int(gone_from):
+        raise Refused(
+            f"driver branch {branch} ships no {requested} kernel modules (NVIDIA dropped them "
+            f"from branch {gone_from} on). Nothing was changed. Fix: set "
+            f"nvidia_driver_kernel_modules: auto (open on Turing and newer), or keep "
+            f"{requested} with an nvidia_driver_branch before {gone_from}.")
+
+
 def choose_flavour(gpus: list[Gpu], requested: str) -> str:
     """The flavour every GPU can use: the requested one, or for auto open before proprietary."""
     if requested not in ("auto", *FLAVOURS):
@@ -224,12 +240,16 @@ def choose_flavour(gpus: list[Gpu], requested: str) -> str:
 
 
 def decide(pci_devices_path: str, generations: list[dict[str, Any]], kernel_modules: str,
-           branch: str, min_compute_capability: str) -> dict[str, Any]:
+           branch: str, min_compute_capability: str,
+           retired_flavours: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything the role needs: the devices, the flavour, and whether a fabric needs managing."""
     gpus, switches = classify(read_pci(pci_devices_path), generations)
     check_compute_capability(gpus, min_compute_capability)
     check_branch(gpus, branch)
     flavour = choose_flavour(gpus, kernel_modules)
+    # After the GPU checks: a pre-Turing card on such a branch is refused by its own
+    # last branch, which names the fix that works for it.
+    check_flavour_in_branch(flavour, branch, retired_flavours or {})
     nvlink5 = any(gpu.nvlink5 for gpu in gpus)
     return {
         "gpus": [{**asdict(gpu), "label": gpu.label} for gpu in gpus],
@@ -249,6 +269,7 @@ def main() -> None:
             "kernel_modules": {"type": "str", "default": "auto"},
             "branch": {"type": "str", "required": True},
             "min_compute_capability": {"type": "str", "default": "5.2"},
+            "retired_flavours": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -259,7 +280,8 @@ def main() -> None:
     try:
         result = decide(params["pci_devices_path"], params["generations"],
                         params["kernel_modules"], str(params["branch"]),
-                        params["min_compute_capability"])
+                        params["min_compute_capability"],
+                        {str(key): str(value) for key, value in params["retired_flavours"].items()})
     except Refused as refusal:
         module.fail_json(msg=f"Refusing to install the NVIDIA driver: {refusal}")
     module.exit_json(changed=False, **result)
