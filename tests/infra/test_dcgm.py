@@ -7,6 +7,7 @@ a real GPU host alike.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tests.infra.helpers import installed_version
@@ -22,14 +23,26 @@ def _expected(host: Any, tfvars: dict[str, Any]) -> bool:
     return mode == "always" or (mode == "auto" and _gpus(host) > 0)
 
 
+def _cuda_major(host: Any, tfvars: dict[str, Any]) -> str:
+    """The role's choice: dcgm_cuda_major, or for auto the major nvidia-smi reports."""
+    major = str(tfvars.get("dcgm_cuda_major", "auto"))
+    if major != "auto":
+        return major
+    found = re.search(r"CUDA Version: *([0-9]+)\.", host.run("nvidia-smi").stdout)
+    assert found, "nvidia-smi reports no CUDA version"
+    return found.group(1)
+
+
 def test_dcgm_only_where_there_are_gpus(host: Any, tfvars: dict[str, Any]) -> None:
-    packages = tfvars.get("dcgm_packages") or [
-        f"datacenter-gpu-manager-4-cuda{tfvars.get('dcgm_cuda_major', '12')}"]
-    versions = {name: installed_version(host, name) for name in packages}
     if _expected(host, tfvars):
+        packages = tfvars.get("dcgm_packages") or [
+            f"datacenter-gpu-manager-4-cuda{_cuda_major(host, tfvars)}"]
+        versions = {name: installed_version(host, name) for name in packages}
         assert all(versions.values()), f"DCGM packages missing: {versions}"
         service = host.service("nvidia-dcgm")
         assert service.is_enabled and service.is_running
     else:
+        packages = ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12",
+                    "datacenter-gpu-manager-4-cuda13", *tfvars.get("dcgm_packages", [])]
+        versions = {name: installed_version(host, name) for name in packages}
         assert not any(versions.values()), f"DCGM installed on a host without GPUs: {versions}"
-

@@ -1,0 +1,67 @@
+"""The dcgm role's decision (tasks/decide.yml): whether DCGM goes on, and for which CUDA major.
+
+Run through Ansible on this machine against the nvidia-smi stub, built with the
+CUDA version a driver branch reports (12.8 for 570, 13.0 for 580):
+datacenter-gpu-manager-4-cuda13 needs a 580+ driver, so `dcgm_cuda_major: auto`
+must follow the driver, not a fixed "12".
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.ansible.playbook import PlaybookRun, run_playbook
+from tests.fixtures.aptrepo.catalog import STUBS
+from tests.hardware.machines import H100_HGX
+
+
+def _decide(tmp_path: Path, cuda: str, gpus: bool = True,
+            **settings: Any) -> PlaybookRun:
+    root = tmp_path / "root"
+    (root / "var/lib/nvidia-stub").mkdir(parents=True)
+    (root / "var/lib/nvidia-stub/gpus").write_text(H100_HGX.smi_gpus() if gpus else "")
+    stub = (STUBS / "nvidia-smi").read_text()
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(stub.replace("@DRIVER_VERSION@", "580.95.05").replace("@CUDA_VERSION@", cuda)
+                   .replace("#!/usr/bin/python3", f"#!{sys.executable}", 1))
+    smi.chmod(0o755)
+    play = [{"name": "dcgm's decision", "hosts": "localhost", "gather_facts": False,
+             "environment": {"PATH": f"{tmp_path}:/usr/bin:/bin", "NVIDIA_STUB_ROOT": str(root)},
+             "tasks": [
+                 {"name": "Decide", "ansible.builtin.include_role": {
+                     "name": "dcgm", "tasks_from": "decide"},
+                  "vars": {"__dcgm_smi_path": str(smi), **settings}},
+                 {"name": "Show the packages", "ansible.builtin.debug": {
+                     "msg": "packages={{ __dcgm_install_packages | join(',') }}"}}]}]
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump(play, sort_keys=False))
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    return run_playbook(inventory, [], tmp_path / "play.log", playbook=str(playbook), vault=None)
+
+
+def test_auto_follows_the_drivers_cuda_major(tmp_path: Path) -> None:
+    for cuda, package in (("12.8", "datacenter-gpu-manager-4-cuda12"),
+                          ("13.0", "datacenter-gpu-manager-4-cuda13")):
+        run = _decide(tmp_path / cuda, cuda)
+        assert run.returncode == 0, run.explain()
+        assert f"packages={package}" in run.output, run.output[-3000:]
+
+
+def test_an_explicit_major_wins(tmp_path: Path) -> None:
+    run = _decide(tmp_path, "13.0", dcgm_cuda_major="12")
+    assert run.returncode == 0, run.explain()
+    assert "packages=datacenter-gpu-manager-4-cuda12" in run.output
+
+
+def test_always_without_a_driver_asks_for_the_major_in_one_line(tmp_path: Path) -> None:
+    run = _decide(tmp_path, "13.0", gpus=False, dcgm_enabled="always")
+    assert run.returncode != 0
+    said = " ".join(run.output.split())
+    assert "dcgm_cuda_major is auto, and nvidia-smi on localhost reports no CUDA version" in said
+    assert 'Fix: set dcgm_cuda_major: "12"' in said
