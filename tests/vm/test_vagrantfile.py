@@ -60,6 +60,9 @@ def test_validate_passes_with_the_defaults(vagrant_env: dict[str, str]) -> None:
     assert guest["name"] == "tfhost-gpu1" and guest["pcis"] == []
     # Without GPUs the guest is provisioned as a GPU-less host instead of failing.
     assert "nvidia_driver_require_gpu=false" in guest["raw_arguments"]
+    # The driver role's reboot: a connection open across it ends by keepalive, not never.
+    assert "-o ServerAliveInterval=5" in guest["raw_ssh_args"]
+    assert "-o ServerAliveCountMax=6" in guest["raw_ssh_args"]
 
 
 def test_example_config_passes_the_seeds_four_p100s(vagrant_env: dict[str, str]) -> None:

@@ -21,6 +21,7 @@ guests = env.machine_names.map do |name|
     pcis: libvirt.pcis.map { |pci| pci.reject { |_, value| value.nil? } },
     playbook: ansible&.config&.playbook, groups: ansible&.config&.groups,
     raw_arguments: ansible&.config&.raw_arguments,
+    raw_ssh_args: ansible&.config&.raw_ssh_args,
     provisioners: provisioners.map { |p| p.type.to_s },
     shell_env: provisioners.select { |p| p.type == :shell }.map { |p| p.config.env }
   }
