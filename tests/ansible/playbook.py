@@ -119,3 +119,17 @@ def run_playbook(
     seconds = time.monotonic() - started
     log = log_path.read_text() if log_path.exists() else ""
     return PlaybookRun(result.returncode, result.stdout + result.stderr, log, seconds)
+
+
+def run_local_play(workdir: Path, play: list[dict[str, object]]) -> PlaybookRun:
+    """Run `play` (a playbook's plays) against this machine, with the suite's Python.
+
+    For tests that drive one role's tasks (`include_role ... tasks_from`) against
+    stubs on PATH: no container, no vault, the role path of ansible/ansible.cfg.
+    """
+    playbook = workdir / "play.yml"
+    playbook.write_text(yaml.safe_dump(play, sort_keys=False))
+    inventory = workdir / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    return run_playbook(inventory, [], workdir / "play.log", playbook=str(playbook), vault=None)

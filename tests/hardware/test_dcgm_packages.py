@@ -12,9 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tests.ansible.playbook import PlaybookRun, run_playbook
+from tests.ansible.playbook import PlaybookRun, run_local_play
 from tests.fixtures.aptrepo.catalog import STUBS
 from tests.hardware.machines import H100_HGX
 
@@ -37,12 +35,7 @@ def _decide(tmp_path: Path, cuda: str, gpus: bool = True,
                   "vars": {"__dcgm_smi_path": str(smi), **settings}},
                  {"name": "Show the packages", "ansible.builtin.debug": {
                      "msg": "packages={{ __dcgm_install_packages | join(',') }}"}}]}]
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump(play, sort_keys=False))
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
-    return run_playbook(inventory, [], tmp_path / "play.log", playbook=str(playbook), vault=None)
+    return run_local_play(tmp_path, play)
 
 
 def test_auto_follows_the_drivers_cuda_major(tmp_path: Path) -> None:

@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.ansible.playbook import PlaybookRun, run_playbook
+from tests.ansible.playbook import PlaybookRun, run_local_play
 from tests.fixtures.aptrepo.catalog import STUBS
 from tests.hardware.machines import H100_HGX
 
@@ -43,12 +42,7 @@ def _diagnose(tmp_path: Path, warn: str = "", fail: str = "") -> PlaybookRun:
                                                          "tasks_from": "dcgm"},
                         "vars": {"__gpu_validate_dcgm_tool_paths": [
                             str(bin_dir / "dcgmi"), str(bin_dir / "nvidia-smi")]}}]}]
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump(play, sort_keys=False))
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
-    return run_playbook(inventory, [], tmp_path / "play.log", playbook=str(playbook), vault=None)
+    return run_local_play(tmp_path, play)
 
 
 def _verdict(run: PlaybookRun) -> str:

@@ -13,9 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
-from tests.ansible.playbook import PlaybookRun, run_playbook
+from tests.ansible.playbook import PlaybookRun, run_local_play
 from tests.fixtures.aptrepo.catalog import STUBS
 from tests.hardware.machines import A100_HGX, H100_HGX, Machine
 
@@ -29,12 +27,7 @@ def _play(tmp_path: Path, tasks: list[dict[str, object]],
              "tasks": [{"name": "Load the Fabric Manager variables",
                         "ansible.builtin.include_vars": str(ROLE / "vars" / "fabricmanager.yml")},
                        *tasks]}]
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump(play, sort_keys=False))
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
-    return run_playbook(inventory, [], tmp_path / "play.log", playbook=str(playbook), vault=None)
+    return run_local_play(tmp_path, play)
 
 
 def _fabric_check(tmp_path: Path, machine: Machine, *, fabric_done: bool,

@@ -21,6 +21,17 @@ from pathlib import Path
 
 from tests.slurm.conftest import REPO
 
+# The probes' last step: the local addresses (hex, as /proc/net/tcp* shows them)
+# of the sockets listening on `port`.
+_LISTENING = """
+listening = []
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+            listening.append(local.rsplit(":", 1)[0])
+"""
+
 _PROBE = """
 import json, os, socket
 from workloads.cifar10 import multiworker
@@ -33,12 +44,7 @@ spec = resolver.cluster_spec().as_dict()
 probe = socket.socket(); probe.bind(("127.0.0.1", 0)); port = probe.getsockname()[1]; probe.close()
 tf.distribute.Server(tf.train.ClusterSpec({"worker": [f"127.0.0.1:{port}"]}),
                      job_name="worker", task_index=0, protocol="grpc", start=True)
-listening = []
-for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    for line in open(table).read().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
-            listening.append(local.rsplit(":", 1)[0])
+""" + _LISTENING + """
 print(json.dumps({"spec": spec, "task": task.task_id, "nodes": task.nodes,
                   "listening": listening}))
 """
@@ -74,12 +80,7 @@ import tensorflow as tf
 
 tf.distribute.Server(tf.train.ClusterSpec({"worker": [f"localhost:{port}"]}),
                      job_name="worker", task_index=0, protocol="grpc", start=True)
-listening = []
-for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    for line in open(table).read().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
-            listening.append(local.rsplit(":", 1)[0])
+""" + _LISTENING + """
 print(json.dumps({"binding": binding.as_record(), "listening": listening}))
 """
 
