@@ -362,3 +362,77 @@ def test_rocky_kernel_devel_for_the_newest_installed_kernel(platform_run: Platfo
     assert newest.returncode == 0, newest.explain()
     assert platform_run.kernel_devel == "kernel-devel-5.14.0-503.14.1.el9_5.x86_64"
     assert "the module is built for the newest installed kernel" in newest.output
+
+
+# --- upgrades on the converged Rocky host (issue 14, item 3) ------------------------
+# Last for each stand-in: they move the converged host to the rpm repositories' second
+# version of everything, which no test above expects.
+
+# The host was converged with the older of each pair (tests/fixtures/rpmrepo); these are
+# the newer ones.
+ROCKY_UPGRADE_VARS = {
+    "nvidia_driver_branch": "575",
+    "cuda_toolkit_version": "12.9",
+    "cudnn_version": "9.10.2.21-1",
+    "nvidia_container_toolkit_version": "1.18.0-1",
+}
+# Only the roles the versions belong to: the rest of the play is covered by the re-run above.
+UPGRADE_TAGS = "nvidia_driver,cuda_toolkit,cudnn,nvidia_container_toolkit"
+ROCKY_DRIVER = ["nvidia-driver-cuda", "nvidia-driver-cuda-libs", "kmod-nvidia-open-dkms",
+                "nvidia-kmod-common", "nvidia-persistenced", "libnvidia-ml"]
+ROCKY_CUDNN = ["libcudnn9-cuda-12", "libcudnn9-devel-cuda-12", "libcudnn9-headers-cuda-12"]
+ROCKY_TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                 "libnvidia-container-tools", "libnvidia-container1"]
+
+
+@pytest.fixture(scope="module")
+def rocky_upgrade(platform_run: PlatformRun) -> tuple[PlaybookRun, PlaybookRun]:
+    """The converged Rocky host (old versions) gets the new ones, then the same play again."""
+    _rocky(platform_run)
+    lab, key = platform_run.lab, platform_run.platform.key
+    files = [*platform_run.vars_files,
+             lab.extra_vars_file(f"{key}-upgrade.yml", ROCKY_UPGRADE_VARS)]
+    first = run_playbook(platform_run.inventory, files, lab.path(f"{key}-upgrade-1.log"),
+                         "--tags", UPGRADE_TAGS)
+    record_timing(f"{key}: upgrade to the second versions", first.seconds)
+    second = run_playbook(platform_run.inventory, files, lab.path(f"{key}-upgrade-2.log"),
+                          "--tags", UPGRADE_TAGS)
+    record_timing(f"{key}: re-run after the upgrade", second.seconds)
+    return first, second
+
+
+def test_rocky_upgrade_switches_the_stream_and_installs_the_new_versions(
+        platform_run: PlatformRun, rocky_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+    """Stream 570-open -> 575-open with its compute-only set; CUDA 12.9, cuDNN, toolkit moved."""
+    first, _ = rocky_upgrade
+    assert first.returncode == 0, first.explain()
+    host = platform_run.host
+    enabled = host.exec("dnf", "-q", "module", "list", "--enabled", "nvidia-driver").stdout
+    assert [line.split()[:3] for line in enabled.splitlines()
+            if line.startswith("nvidia-driver ")] == [["nvidia-driver", "575-open", "[e]"]], enabled
+    assert _rpm_versions(host, *ROCKY_DRIVER) == dict.fromkeys(ROCKY_DRIVER, "575.57.08-1.el9")
+    assert _rpm_versions(host, "cuda-toolkit-12-9")["cuda-toolkit-12-9"] != ""
+    assert _rpm_versions(host, *ROCKY_CUDNN) == dict.fromkeys(ROCKY_CUDNN, "9.10.2.21-1")
+    assert _rpm_versions(host, *ROCKY_TOOLKIT) == dict.fromkeys(ROCKY_TOOLKIT, "1.18.0-1")
+
+
+def test_rocky_upgrade_locks_the_new_versions_only(
+        platform_run: PlatformRun, rocky_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+    """The versionlock entries name the new builds; the old entries are deleted, not kept."""
+    assert rocky_upgrade[0].returncode == 0, rocky_upgrade[0].explain()
+    locked = platform_run.host.exec("dnf", "-q", "versionlock", "list").stdout.split()
+    assert "nvidia-driver-cuda-3:575.57.08-1.el9.*" in locked, locked
+    assert "kmod-nvidia-open-dkms-3:575.57.08-1.el9.*" in locked, locked
+    assert "cuda-toolkit-12-9-0:" in " ".join(locked), locked
+    assert "libcudnn9-cuda-12-0:9.10.2.21-1.*" in locked, locked
+    assert "nvidia-container-toolkit-0:1.18.0-1.*" in locked, locked
+    old = [entry for entry in locked
+           if any(f":{version}" in entry for version in ("570.", "9.8.0.87-", "1.17.8-"))]
+    assert old == [], "locks on the old versions were kept"
+
+
+def test_rocky_rerun_after_the_upgrade_changes_nothing(
+        rocky_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+    _, second = rocky_upgrade
+    assert second.returncode == 0, second.explain()
+    assert second.recap["changed"] == 0, second.explain()

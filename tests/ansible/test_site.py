@@ -305,3 +305,77 @@ def test_mistyped_variable_fails_before_anything_runs(scenarios: Scenarios) -> N
         "Check every role's variables against its argument spec before anything changes"
     )
 
+
+
+# --- upgrades on the converged host (issue 14, item 3) --------------------------------
+# Last in the module: they move the converged host to the stub repositories' second
+# version of everything, which no test above expects.
+
+# The defaults the host was converged with are the older of each pair in
+# tests/fixtures/aptrepo/catalog.py; these are the newer ones.
+UPGRADE_VARS: dict[str, object] = {
+    "nvidia_driver_branch": "575",
+    "cuda_toolkit_version": "12.9",
+    "cudnn_version": "9.10.2.21-1",
+    "nvidia_container_toolkit_version": "1.18.0-1",
+}
+# Only the roles the versions belong to: the rest of the play is covered by the re-run above.
+UPGRADE_TAGS = "nvidia_driver,cuda_toolkit,cudnn,nvidia_container_toolkit"
+DRIVER_575 = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-smi",
+              "nvidia-persistenced", "libcuda1", "libnvidia-ml1", "firmware-nvidia-gsp"]
+CUDNN_9_10 = ["libcudnn9-cuda-12", "libcudnn9-dev-cuda-12", "libcudnn9-headers-cuda-12"]
+TOOLKIT_1_18 = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                "libnvidia-container-tools", "libnvidia-container1"]
+
+
+@pytest.fixture(scope="module")
+def upgrade(scenarios: Scenarios) -> tuple[PlaybookRun, PlaybookRun]:
+    """The converged host (old versions) gets the new ones, then the same play again."""
+    first = _rerun(scenarios, "upgrade-1", "--tags", UPGRADE_TAGS, extra=UPGRADE_VARS)
+    record_timing("upgrade to the second versions", first.seconds)
+    second = _rerun(scenarios, "upgrade-2", "--tags", UPGRADE_TAGS, extra=UPGRADE_VARS)
+    record_timing("re-run after the upgrade", second.seconds)
+    return first, second
+
+
+def _installed(scenarios: Scenarios) -> dict[str, str]:
+    """Every installed package and its version, as dpkg has it (held or not: "ii" or "hi")."""
+    listing = scenarios.converge.result().host.exec(
+        "dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\n").stdout
+    return {fields[1]: fields[2] for fields in map(str.split, listing.splitlines())
+            if fields[0][1:] == "i"}
+
+
+def test_upgrade_installs_the_new_versions(scenarios: Scenarios,
+                                           upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+    """A new branch, CUDA release, cuDNN and toolkit build replace the held old ones."""
+    first, _ = upgrade
+    assert first.returncode == 0, first.explain()
+    installed = _installed(scenarios)
+    assert {name: installed.get(name) for name in DRIVER_575} == dict.fromkeys(
+        DRIVER_575, "575.57.08-1")
+    leftovers = {name: version for name, version in installed.items()
+                 if version.startswith("570.")}
+    assert leftovers == {}, "packages of the old branch are still installed"
+    assert installed.get("cuda-toolkit-12-9") == "12.9.1-1"
+    assert {name: installed.get(name) for name in CUDNN_9_10} == dict.fromkeys(
+        CUDNN_9_10, "9.10.2.21-1")
+    assert {name: installed.get(name) for name in TOOLKIT_1_18} == dict.fromkeys(
+        TOOLKIT_1_18, "1.18.0-1")
+    smi = scenarios.converge.result().host.read("/usr/bin/nvidia-smi")
+    assert 'DRIVER_VERSION = "575.57.08"' in smi, "nvidia-smi is not the new branch's"
+
+
+def test_upgrade_holds_the_new_versions(scenarios: Scenarios,
+                                        upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+    """What moved is held again, so a plain `apt upgrade` cannot move it on."""
+    assert upgrade[0].returncode == 0, upgrade[0].explain()
+    held = set(scenarios.converge.result().host.exec("apt-mark", "showhold").stdout.split())
+    wanted = {*DRIVER_575, "cuda-toolkit-12-9", *CUDNN_9_10, *TOOLKIT_1_18}
+    assert wanted - held == set()
+
+
+def test_rerun_after_the_upgrade_changes_nothing(upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+    _, second = upgrade
+    assert second.returncode == 0, second.explain()
+    assert second.recap["changed"] == 0, second.explain()
