@@ -123,14 +123,18 @@ class GpuMonitor:
             print(f"gpu monitor: sampling stopped early ({self._error})", file=sys.stderr)
 
     def _loop(self) -> None:
-        start = self.clock()
         try:
             with open(self.csv_path, "w", newline="") as fh:
                 writer = csv.DictWriter(fh, fieldnames=COLUMNS)
                 writer.writeheader()
-                next_tick = start
+                # time_s counts from the first sample, so the first row is 0.0 however long
+                # opening the file took (under load that was milliseconds, and row one said so).
+                start: float | None = None
+                next_tick = 0.0
                 while True:
                     now = self.clock()
+                    if start is None:
+                        start = next_tick = now
                     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                     for row in self.sampler.sample():
                         writer.writerow({"time_s": round(now - start, 3), "timestamp": stamp,

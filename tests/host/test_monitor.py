@@ -92,6 +92,26 @@ def test_monitor_writes_a_row_per_gpu_per_interval(tmp_path: Path) -> None:
     assert gpu0[0]["name"] == "NVIDIA H100 80GB HBM3"
 
 
+def test_the_first_row_is_time_zero_however_slow_the_start(tmp_path: Path) -> None:
+    """time_s counts from the first sample: a slow file open must not shift row one."""
+    from tfhost.monitor import GpuMonitor, GpuSampler, read_samples
+
+    ticks = iter(range(10_000))
+
+    def slow_clock() -> float:  # every call is 2 ms later than the one before
+        return next(ticks) * 0.002
+
+    csv_path = tmp_path / "run.gpu.csv"
+    monitor = GpuMonitor(GpuSampler(FakeNvml()), csv_path, interval_s=0.05,
+                         clock=slow_clock).start()
+    deadline = time.monotonic() + 10
+    while monitor.samples < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    monitor.stop()
+    times = sorted({row["time_s"] for row in read_samples(csv_path)})
+    assert times[0] == 0.0 and len(times) >= 2
+
+
 def test_monitoring_without_a_gpu_says_so_once_and_the_run_goes_on(tmp_path: Path) -> None:
     from tfhost.monitor import monitoring
 
