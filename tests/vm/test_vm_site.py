@@ -64,14 +64,39 @@ class Services:
 
 
 @dataclass(frozen=True)
+class FirstBoot:
+    """The guest as it came up from the box, read before anything else ran on it."""
+
+    root_uid: str
+    hostname: str
+    system_state: str
+    failed_units: str
+    machine_id: str
+    ssh_keys: list[str]
+
+
+@dataclass(frozen=True)
 class Converged:
     box: Box
     machine: Machine
     services: Services
+    first_boot: FirstBoot
     run: PlaybookRun
     vars_file: Path
     boot_id_before: str
     workdir: Path
+
+
+def _first_boot(machine: Machine) -> FirstBoot:
+    state = machine.run("systemctl is-system-running --wait", check=False).stdout.strip()
+    return FirstBoot(
+        root_uid=machine.run("sudo -n id -u").stdout.strip(),
+        hostname=machine.run("hostname").stdout.strip(),
+        system_state=state,
+        failed_units=machine.run("systemctl --failed", check=False).stdout,
+        machine_id=machine.run("cat /etc/machine-id").stdout.strip(),
+        ssh_keys=machine.run("ls /etc/ssh/").stdout.split(),
+    )
 
 
 @contextmanager
@@ -113,13 +138,14 @@ def boot_and_converge(job: JobContext) -> Converged:
     state = job.workdir / "state"
     job.on_cancel(lambda: stop_vm(state))
     machine = job.stack.enter_context(booted(box, state, "--memory", "3072"))
+    first_boot = _first_boot(machine)  # before _prepare and site.yml change anything
     _prepare(machine, services.proxy)
     boot_id = machine.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
     vars_file = job.workdir / "vm-vars.yml"
     vars_file.write_text(yaml.safe_dump(services.variables, sort_keys=True))
     inventory = machine.inventory(job.workdir / "inventory.yml", services.ports)
     run = run_playbook(inventory, [vars_file], job.workdir / "converge.log", timeout=2400)
-    return Converged(box, machine, services, run, vars_file, boot_id, job.workdir)
+    return Converged(box, machine, services, first_boot, run, vars_file, boot_id, job.workdir)
 
 
 @pytest.fixture(scope="module")
@@ -145,19 +171,17 @@ def workdir(converged: Converged) -> Path:
     return converged.workdir
 
 
-def test_guest_boots_and_vagrant_has_passwordless_sudo(machine: Machine) -> None:
-    assert machine.run("sudo -n id -u").stdout.strip() == "0"
-    assert machine.run("hostname").stdout.strip() == "tfhost-vm"
-    state = machine.run("systemctl is-system-running --wait", check=False).stdout.strip()
-    assert state == "running", machine.run("systemctl --failed", check=False).stdout
-    assert "Linux version" in machine.console(), "the serial console log is empty"
+def test_guest_boots_and_vagrant_has_passwordless_sudo(converged: Converged) -> None:
+    boot = converged.first_boot
+    assert boot.root_uid == "0"
+    assert boot.hostname == "tfhost-vm"
+    assert boot.system_state == "running", boot.failed_units
+    assert "Linux version" in converged.machine.console(), "the serial console log is empty"
 
 
-def test_guest_has_its_own_identity(machine: Machine) -> None:
-    machine_id = machine.run("cat /etc/machine-id").stdout.strip()
-    assert len(machine_id) == 32
-    keys = machine.run("ls /etc/ssh/").stdout.split()
-    assert "ssh_host_ed25519_key" in keys
+def test_guest_has_its_own_identity(converged: Converged) -> None:
+    assert len(converged.first_boot.machine_id) == 32
+    assert "ssh_host_ed25519_key" in converged.first_boot.ssh_keys
 
 
 def _listening_sockets(pid: int) -> list[str]:
