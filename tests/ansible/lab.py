@@ -190,3 +190,16 @@ def legacy_os(lab: Lab, name: str, image_build: Future[str]) -> LegacyResult:
     finally:
         docker("rm", "--force", name, check=False)
     return LegacyResult(name, distribution, run)
+
+
+# Upgrades on a converged host (issue 14, item 3): the stub repositories (apt and rpm) hold
+# two versions of each; a host is converged with the older and then moved to these newer
+# ones. Only the roles the versions belong to run: the rest of the play is covered by the
+# ordinary re-run.
+UPGRADE_VARS: dict[str, object] = {
+    "nvidia_driver_branch": "575",
+    "cuda_toolkit_version": "12.9",
+    "cudnn_version": "9.10.2.21-1",
+    "nvidia_container_toolkit_version": "1.18.0-1",
+}
+UPGRADE_TAGS = "nvidia_driver,cuda_toolkit,cudnn,nvidia_container_toolkit"

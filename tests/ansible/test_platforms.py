@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.ansible.fake_registry import fake_registry
-from tests.ansible.lab import CHECK_MODE_WITNESSES, Lab
+from tests.ansible.lab import CHECK_MODE_WITNESSES, UPGRADE_TAGS, UPGRADE_VARS, Lab
 from tests.ansible.platforms import STAND_INS, Platform
 from tests.ansible.playbook import (
     ANSIBLE_DIR,
@@ -368,16 +368,8 @@ def test_rocky_kernel_devel_for_the_newest_installed_kernel(platform_run: Platfo
 # Last for each stand-in: they move the converged host to the rpm repositories' second
 # version of everything, which no test above expects.
 
-# The host was converged with the older of each pair (tests/fixtures/rpmrepo); these are
-# the newer ones.
-ROCKY_UPGRADE_VARS = {
-    "nvidia_driver_branch": "575",
-    "cuda_toolkit_version": "12.9",
-    "cudnn_version": "9.10.2.21-1",
-    "nvidia_container_toolkit_version": "1.18.0-1",
-}
-# Only the roles the versions belong to: the rest of the play is covered by the re-run above.
-UPGRADE_TAGS = "nvidia_driver,cuda_toolkit,cudnn,nvidia_container_toolkit"
+# UPGRADE_VARS / UPGRADE_TAGS (tests/ansible/lab.py): the newer of each pair in
+# tests/fixtures/rpmrepo, for the roles they belong to.
 ROCKY_DRIVER = ["nvidia-driver-cuda", "nvidia-driver-cuda-libs", "kmod-nvidia-open-dkms",
                 "nvidia-kmod-common", "nvidia-persistenced", "libnvidia-ml"]
 ROCKY_CUDNN = ["libcudnn9-cuda-12", "libcudnn9-devel-cuda-12", "libcudnn9-headers-cuda-12"]
@@ -391,7 +383,7 @@ def rocky_upgrade(platform_run: PlatformRun) -> tuple[PlaybookRun, PlaybookRun]:
     _rocky(platform_run)
     lab, key = platform_run.lab, platform_run.platform.key
     files = [*platform_run.vars_files,
-             lab.extra_vars_file(f"{key}-upgrade.yml", ROCKY_UPGRADE_VARS)]
+             lab.extra_vars_file(f"{key}-upgrade.yml", UPGRADE_VARS)]
     first = run_playbook(platform_run.inventory, files, lab.path(f"{key}-upgrade-1.log"),
                          "--tags", UPGRADE_TAGS)
     record_timing(f"{key}: upgrade to the second versions", first.seconds)

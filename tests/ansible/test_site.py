@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.ansible.conftest import Scenarios
-from tests.ansible.lab import CHECK_MODE_WITNESSES
+from tests.ansible.lab import CHECK_MODE_WITNESSES, UPGRADE_TAGS, UPGRADE_VARS
 from tests.ansible.playbook import (
     ANSIBLE_DIR,
     EXAMPLE_NGC_API_KEY,
@@ -311,16 +311,8 @@ def test_mistyped_variable_fails_before_anything_runs(scenarios: Scenarios) -> N
 # Last in the module: they move the converged host to the stub repositories' second
 # version of everything, which no test above expects.
 
-# The defaults the host was converged with are the older of each pair in
-# tests/fixtures/aptrepo/catalog.py; these are the newer ones.
-UPGRADE_VARS: dict[str, object] = {
-    "nvidia_driver_branch": "575",
-    "cuda_toolkit_version": "12.9",
-    "cudnn_version": "9.10.2.21-1",
-    "nvidia_container_toolkit_version": "1.18.0-1",
-}
-# Only the roles the versions belong to: the rest of the play is covered by the re-run above.
-UPGRADE_TAGS = "nvidia_driver,cuda_toolkit,cudnn,nvidia_container_toolkit"
+# UPGRADE_VARS / UPGRADE_TAGS (tests/ansible/lab.py): the newer of each pair in
+# tests/fixtures/aptrepo/catalog.py, for the roles they belong to.
 DRIVER_575 = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-smi",
               "nvidia-persistenced", "libcuda1", "libnvidia-ml1", "firmware-nvidia-gsp"]
 CUDNN_9_10 = ["libcudnn9-cuda-12", "libcudnn9-dev-cuda-12", "libcudnn9-headers-cuda-12"]

@@ -91,10 +91,8 @@ def boot_and_run_twice(job: JobContext) -> Runs:
 
 @pytest.fixture(scope="module")
 def runs(background_jobs: BackgroundJobs) -> Iterator[Runs]:
-    try:
-        yield background_jobs.result("hypervisor-vm")
-    finally:
-        background_jobs.handle("hypervisor-vm").close()  # the guest stops with this module
+    with background_jobs.held("hypervisor-vm") as runs:  # the guest stops with this module
+        yield runs
 
 
 def _changed(play: Play) -> list[str]:

@@ -14,7 +14,7 @@ and the module's fixture only collects the result when pytest reaches it.
   at a time beside the foreground tests, never two.
 * A job gets an ExitStack for what must stay up while its tests run (the VM,
   the HTTP services); the module fixture closes it when the module is done
-  (`JobHandle.close`), so a guest never idles until the end of the session.
+  (`BackgroundJobs.held`), so a guest never idles until the end of the session.
 * An exception in a job, `pytest.skip` included, is raised again by `result()`,
   in the fixture: it shows as that module's set-up error (or skip), as before.
 * `--no-background` runs each job in its fixture instead, as a plain fixture would.
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from contextlib import ExitStack, suppress
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,6 +179,14 @@ class BackgroundJobs:
 
     def handle(self, name: str) -> JobHandle:
         return _REGISTRY[name]
+
+    @contextmanager
+    def held(self, name: str) -> Iterator[Any]:
+        """The job's value for a module fixture; its stack (the guest) closes on leaving."""
+        try:
+            yield self.result(name)
+        finally:
+            _REGISTRY[name].close()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.stopping.set()  # the worker starts no further job

@@ -59,10 +59,8 @@ def slow(job):
 
 @pytest.fixture(scope="module")
 def result(background_jobs):
-    try:
-        yield background_jobs.result("slow")
-    finally:
-        background_jobs.handle("slow").close()
+    with background_jobs.held("slow") as value:
+        yield value
 
 
 def test_uses_the_result(result):

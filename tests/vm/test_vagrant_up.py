@@ -239,12 +239,13 @@ def up_check_and_provision_again(job: JobContext) -> Provisioned:
 @pytest.fixture(scope="module")
 def provisioned(background_jobs: BackgroundJobs) -> Iterator[Provisioned]:
     try:
-        yield background_jobs.result("vagrant-up")
+        # Leaving destroys the guest if the tests did not, and stops libvirtd.
+        with background_jobs.held("vagrant-up") as provisioned:
+            yield provisioned
     finally:
-        handle = background_jobs.handle("vagrant-up")
-        handle.close()  # destroys the guest if the tests did not, stops libvirtd
-        if handle.value is not None:
-            print(f"\nvagrant steps (s): {json.dumps(handle.value.lab.times)}")
+        done = background_jobs.handle("vagrant-up").value
+        if done is not None:
+            print(f"\nvagrant steps (s): {json.dumps(done.lab.times)}")
 
 
 @pytest.fixture(scope="module")

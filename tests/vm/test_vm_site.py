@@ -150,10 +150,8 @@ def boot_and_converge(job: JobContext) -> Converged:
 
 @pytest.fixture(scope="module")
 def converged(background_jobs: BackgroundJobs) -> Iterator[Converged]:
-    try:
-        yield background_jobs.result("vm-site")
-    finally:
-        background_jobs.handle("vm-site").close()  # the guest stops when this module is done
+    with background_jobs.held("vm-site") as converged:  # the guest stops with this module
+        yield converged
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,57 @@
+"""other_versionlocks: the lock lines a version change must delete, and only those.
+
+The lines are what `dnf versionlock list` prints on the Rocky 9 stand-in
+(NAME-EPOCH:VERSION-RELEASE.*); the upgrade tests in test_platforms.py run the
+filter through the roles against real dnf.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+
+from tests.ansible.playbook import ANSIBLE_DIR
+
+
+def _load_filter() -> Callable[..., list[str]]:
+    spec = importlib.util.spec_from_file_location(
+        "versionlock_filter", ANSIBLE_DIR / "filter_plugins" / "versionlock.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found: Callable[..., list[str]] = module.FilterModule().filters()["other_versionlocks"]
+    return found
+
+
+other_versionlocks = _load_filter()
+
+LOCKS = [
+    "nvidia-driver-cuda-3:570.148.08-1.el9.*",
+    "nvidia-driver-cuda-libs-3:570.148.08-1.el9.*",
+    "nvidia-fabricmanager-0:575.57.08-1.el9.*",
+    "libcudnn9-cuda-12-0:9.8.0.87-1.el9.*",
+    "libcudnn9-devel-cuda-12-0:9.10.2.21-1.el9.*",
+    "nvidia-container-toolkit-0:1.17.8-1.*",
+]
+
+
+def test_locks_of_another_version_are_selected() -> None:
+    driver = ["nvidia-driver-cuda", "nvidia-driver-cuda-libs", "nvidia-fabricmanager"]
+    assert other_versionlocks(LOCKS, driver, "575") == [
+        "nvidia-driver-cuda-3:570.148.08-1.el9.*", "nvidia-driver-cuda-libs-3:570.148.08-1.el9.*"]
+    cudnn = ["libcudnn9-cuda-12", "libcudnn9-devel-cuda-12"]
+    assert other_versionlocks(LOCKS, cudnn, "9.10.2.21-1") == [
+        "libcudnn9-cuda-12-0:9.8.0.87-1.el9.*"]
+
+
+def test_a_name_is_matched_whole_and_a_version_as_a_prefix_up_to_a_dot() -> None:
+    # "nvidia-driver-cuda" must not take the -libs lock; "57" is not branch 575 or 570.
+    assert other_versionlocks(LOCKS, ["nvidia-driver-cuda"], "570") == []
+    assert other_versionlocks(LOCKS, ["nvidia-driver-cuda"], "57") == [
+        "nvidia-driver-cuda-3:570.148.08-1.el9.*"]
+
+
+def test_nothing_to_release() -> None:
+    assert other_versionlocks([], ["nvidia-container-toolkit"], "1.18.0-1") == []
+    assert other_versionlocks(LOCKS, [], "575") == []
+    assert other_versionlocks(LOCKS, ["nvidia-container-toolkit"], "1.17.8-1") == []
