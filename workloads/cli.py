@@ -56,6 +56,9 @@ environment:
   KERAS_BACKEND      tensorflow (default), jax or torch for the Keras-3 workloads
   WORKLOADS_CACHE    download cache (CIFAR-10 archive, VGG19 weights); default ~/.cache/workloads
   WORKLOADS_RESULTS  default directory for records; default ./results
+  WORKLOADS_WORKER_BIND  SLURM multi-worker runs: node (default) keeps each TensorFlow
+                     worker on its node's address; any listens on every interface
+  WORKLOADS_BIND_SHIM    a built libbindaddr.so for that (default: built with cc, cached)
 """
 
 

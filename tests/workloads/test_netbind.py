@@ -121,3 +121,25 @@ def test_any_keeps_tensorflows_own_behaviour(cache: Path, monkeypatch: pytest.Mo
     binding = netbind.keep_workers_on_node("gpu-node07", 20000, 20015)  # not even resolved
     assert binding.as_record() == {"mode": "any", "address": None, "ports": None}
     assert not (cache / "netbind").exists()
+
+
+def test_a_bad_bind_mode_stops_a_slurm_run_in_one_line(tmp_path: Path) -> None:
+    """Through the CLI: exit 2, one line, before TensorFlow loads or anything is written."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURMD_NODENAME": "localhost",
+                netbind.MODE_ENV: "everywhere", "WORKLOADS_CACHE": str(tmp_path / "cache")})
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-m", "workloads", "cifar10", "--distributed", "slurm",
+                           "--data", "synthetic", "--output", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines == [lines[-1]] and "WORKLOADS_WORKER_BIND=everywhere is not 'node' or 'any'" \
+        in lines[-1], done.stderr
+    assert not out.exists()
+
+
+def test_the_help_names_the_bind_settings() -> None:
+    done = subprocess.run([sys.executable, "-m", "workloads", "--help"], capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert netbind.MODE_ENV in done.stdout and netbind.SHIM_ENV in done.stdout

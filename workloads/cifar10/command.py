@@ -187,6 +187,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from workloads.cifar10 import multiworker
+
+    if multiworker.wants_slurm(args.distributed):
+        # A SLURM worker re-executes itself once with workloads/netbind preloaded: here,
+        # before anything imports Keras (and with it TensorFlow), so the load is paid once.
+        multiworker.bind_to_node()
     config = config_from_args(args)
     output = ensure_writable(args.output or default_output("cifar10", config.model))
     if config.save_model:

@@ -19,6 +19,7 @@ cluster (scripts/slurm/README.md; tests/slurm/test_worker_addresses.py).
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from dataclasses import dataclass
@@ -71,10 +72,12 @@ def port_base() -> int:
     return DEFAULT_PORT_BASE + (job * PORTS_PER_JOB) % 20000
 
 
+@functools.cache
 def bind_to_node() -> netbind.Binding:
     """Keep this task's TensorFlow worker on its node's address (re-executes once; see netbind).
 
-    Called before TensorFlow is imported. The node is the one slurmd named for
+    Called before Keras or TensorFlow is imported (workloads cifar10 does it first);
+    later calls return the same answer. The node is the one slurmd named for
     this task (``SLURMD_NODENAME``), the name the cluster spec gives the other
     workers for it; the ports are the job's whole range.
     """

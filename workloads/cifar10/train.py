@@ -18,6 +18,7 @@ from typing import Any
 
 from workloads import netbind
 from workloads.cifar10 import data as cifar_data
+from workloads.cifar10 import multiworker
 from workloads.cifar10.models import MODELS, ModelSpec
 from workloads.cifar10.multiworker import SlurmTask, wants_slurm
 from workloads.cifar10.timing import StepTimer, steady_state
@@ -81,6 +82,8 @@ def backend_name() -> str:
 
 def place(config: TrainConfig) -> Placement:
     """Choose devices and the distribution strategy, validating --gpus/--cpu-replicas."""
+    # Where this SLURM worker listens (workloads cifar10 made it re-execute already).
+    binding = multiworker.bind_to_node() if wants_slurm(config.distributed) else None
     backend = backend_name()
     from workloads.envinfo import cpu_model
 
@@ -92,10 +95,7 @@ def place(config: TrainConfig) -> Placement:
             )
         return Placement(contextlib.nullcontext(), 1, [_single_device_name(backend)], 0)
 
-    if wants_slurm(config.distributed):
-        from workloads.cifar10 import multiworker
-
-        binding = multiworker.bind_to_node()  # before TensorFlow loads: may re-execute
+    if binding is not None:
         import tensorflow as tf
 
         return _place_slurm(tf, config, binding)
@@ -138,7 +138,6 @@ def place(config: TrainConfig) -> Placement:
 
 def _place_slurm(tf: Any, config: TrainConfig, binding: netbind.Binding) -> Placement:
     """One worker per SLURM task, MultiWorkerMirroredStrategy over all of them."""
-    from workloads.cifar10 import multiworker
     from workloads.devices import require_supported, setup_tensorflow
     from workloads.envinfo import cpu_model
 
@@ -395,8 +394,6 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
     try:
         model = build_model(config, spec, placement, facts["image_size"])
         if placement.slurm is not None:
-            from workloads.cifar10 import multiworker
-
             multiworker.fit_custom_loop(
                 model,
                 placement.strategy,
