@@ -1,0 +1,110 @@
+"""Kernel headers on the Debian family: the running kernel's, and the newest installed kernel's.
+
+The nvidia_driver role, with `nvidia_driver_kernel_headers_packages` empty (its
+default), on a fresh Debian 12 host. The host runs the CI machine's kernel, whose
+headers no Debian mirror has: exactly the state of a server whose mirror moved
+on to a newer kernel ABI. A stand-in for the distribution's kernel packages (a
+signed apt repository of stub `linux-image-<release>` and `linux-headers-<release>`
+packages, on 127.0.0.1) supplies the newer kernel the last upgrade would have
+installed.
+
+Before the fix the role asked apt for `linux-headers-$(uname -r)` and nothing
+else: apt's "unable to locate package" ended the play, and a kernel installed by
+an upgrade (the one that boots next) got no module.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.ansible.trust_lab import TrustLab, trust_lab
+from tests.fixtures.aptrepo import build_repo
+from tests.fixtures.aptrepo.debs import PackageFile, StubPackage
+from tests.fixtures.aptrepo.signing import generate_key
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(900)]
+
+SUFFIX = str(os.getpid())
+NEWER = "6.1.0-99-amd64"  # an ABI no Debian mirror has yet: only the stand-in serves it
+KERNELS = Path("debian-kernels")
+REFUSAL = ("nvidia_driver : Refuse when the running kernel's headers are gone and no newer"
+           " kernel waits")
+
+
+def _kernel_packages(release: str) -> list[StubPackage]:
+    """Debian's pair for one kernel ABI: the image and the headers DKMS builds against."""
+    return [
+        StubPackage(f"linux-image-{release}", "6.1.999-1", f"Linux {release} for 64-bit PCs",
+                    section="kernel", source="linux-signed-amd64",
+                    files={f"/boot/config-{release}": PackageFile("# stub kernel config\n")}),
+        StubPackage(f"linux-headers-{release}", "6.1.999-1", f"Header files for Linux {release}",
+                    section="kernel", source="linux",
+                    files={f"/usr/src/linux-headers-{release}/Makefile": PackageFile("# stub\n")}),
+    ]
+
+
+@pytest.fixture(scope="module")
+def lab(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrustLab]:
+    with trust_lab(tmp_path_factory.mktemp("headers")) as built:
+        with tempfile.TemporaryDirectory(prefix="kernels-gpg-") as keys:
+            key = generate_key(Path(keys), "kernel stand-in <kernels@example.invalid>")
+            try:
+                build_repo(built.repos.root / KERNELS, _kernel_packages(NEWER), key,
+                           "Debian", "Debian")
+                (built.repos.root / KERNELS / "key.asc").write_text(key.public_armored)
+            finally:
+                key.close()
+        yield built
+
+
+def test_headers_for_the_newest_installed_kernel_or_one_line_with_the_fix(lab: TrustLab) -> None:
+    host, inventory = lab.start(f"tfhost-headers-{SUFFIX}")
+    defaults: dict[str, object] = {"nvidia_driver_kernel_headers_packages": []}
+    # The second run stops at the CUDA repository's index (served by the switched-off
+    # mirror), right after the headers: the driver install is not what this test is about.
+    stop_after_headers = {
+        **defaults,
+        "nvidia_driver_cuda_repo_base_url": f"{lab.flaky_url}/compute/cuda/repos",
+        "nvidia_driver_cuda_repo_key_url": (
+            f"{lab.base_url}/compute/cuda/repos/debian12/x86_64/3bf863cc.pub"),
+    }
+    try:
+        running = host.exec("uname", "-r").stdout.strip()
+        host.exec("apt-get", "update", "-qq")
+        if host.exec("apt-cache", "show", f"linux-headers-{running}", check=False).returncode == 0:
+            pytest.skip(f"this machine runs {running}, whose headers Debian's mirror still has")
+        key = (lab.repos.root / KERNELS / "key.asc").read_text()
+        host.exec("sh", "-c", "mkdir -p /etc/apt/keyrings"
+                  " && cat >/etc/apt/keyrings/debian-kernels.asc", stdin=key)
+        host.exec("sh", "-c", "echo 'deb [signed-by=/etc/apt/keyrings/debian-kernels.asc] "
+                              f"{lab.base_url}/{KERNELS}/ /' >/etc/apt/sources.list.d/kernels.list")
+        host.exec("apt-get", "update", "-qq")
+
+        gone = lab.run(inventory, "headers-gone", defaults, "--tags", "nvidia_driver")
+        gone_headers = host.exec("dpkg-query", "-W", "linux-headers-*", check=False).stdout
+
+        # What `apt-get full-upgrade` does on a real host: the newer kernel, not yet booted.
+        host.exec("apt-get", "install", "-qq", "-y", f"linux-image-{NEWER}")
+        newest = lab.run(inventory, "headers-newest", stop_after_headers, "--tags", "nvidia_driver")
+        newest_headers = host.exec("dpkg-query", "-W", "-f", "${Package} ${db:Status-Status}\\n",
+                                   "linux-headers-*", check=False).stdout
+    finally:
+        host.remove()
+
+    flat = " ".join(gone.output.split())
+    assert gone.returncode != 0
+    assert gone.failed_task == REFUSAL, gone.explain()
+    assert f"linux-headers-{running} (the running kernel's headers" in flat
+    assert "Fix: `apt-get update && apt-get full-upgrade`" in flat
+    assert gone_headers.strip() == "", "nothing is installed before the refusal"
+
+    assert newest.failed_task != REFUSAL, newest.explain()
+    assert "index" in newest.failed_task, newest.explain()  # past the headers, as arranged
+    assert f"linux-headers-{NEWER} installed" in newest_headers.splitlines()
+    assert (f"the module is built for the newest installed kernel {NEWER}"
+            in " ".join(newest.output.split()))
