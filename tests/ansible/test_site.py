@@ -371,3 +371,33 @@ def test_rerun_after_the_upgrade_changes_nothing(upgrade: tuple[PlaybookRun, Pla
     _, second = upgrade
     assert second.returncode == 0, second.explain()
     assert second.recap["changed"] == 0, second.explain()
+
+
+@pytest.fixture(scope="module")
+def flavour_change(scenarios: Scenarios, upgrade: tuple[PlaybookRun, PlaybookRun],
+                   ) -> tuple[PlaybookRun, PlaybookRun]:
+    """After the upgrade, the same branch with the other kernel-module flavour, then again.
+
+    What a site does after swapping its Turing-or-newer cards for Pascal ones (auto), or
+    with an explicit nvidia_driver_kernel_modules. Before the fix apt refused: installing
+    nvidia-kernel-dkms meant removing the held nvidia-kernel-open-dkms it conflicts with.
+    """
+    assert upgrade[0].returncode == 0, upgrade[0].explain()
+    extra = {**UPGRADE_VARS, "nvidia_driver_kernel_modules": "proprietary"}
+    first = _rerun(scenarios, "flavour-1", "--tags", "nvidia_driver", extra=extra)
+    record_timing("open -> proprietary modules, same branch", first.seconds)
+    second = _rerun(scenarios, "flavour-2", "--tags", "nvidia_driver", extra=extra)
+    return first, second
+
+
+def test_flavour_change_replaces_the_held_kernel_modules(
+        scenarios: Scenarios, flavour_change: tuple[PlaybookRun, PlaybookRun]) -> None:
+    first, second = flavour_change
+    assert first.returncode == 0, first.explain()
+    installed = _installed(scenarios)
+    assert installed.get("nvidia-kernel-dkms") == "575.57.08-1"
+    assert "nvidia-kernel-open-dkms" not in installed
+    held = set(scenarios.converge.result().host.exec("apt-mark", "showhold").stdout.split())
+    assert {"nvidia-kernel-dkms", "nvidia-driver-cuda", "nvidia-smi"} - held == set()
+    assert second.returncode == 0, second.explain()
+    assert second.recap["changed"] == 0, second.explain()
