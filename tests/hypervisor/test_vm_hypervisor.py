@@ -14,10 +14,17 @@ Intel's whatever CPU runs the test; `auto` is covered in test_check_mode.py.
 The packages step is off here: QEMU and libvirt with their dependencies are
 ~370 packages, over ten minutes of dpkg under software emulation; the package
 list itself is resolved by apt in test_check_mode.py.
+
+It is also CI's check of the box under scripts/vm.sh: the first boot (read
+before anything runs), and QEMU's user-mode network with restrict=on, where
+ssh to 127.0.0.1:PORT is the only way in and the guest reaches nothing on the
+host. site.yml in a guest is tests/vm/test_vagrant_up.py (Vagrant's own path).
 """
 
 from __future__ import annotations
 
+import socket
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -45,10 +52,30 @@ SETTINGS = {
 
 @dataclass(frozen=True)
 class Baseline:
-    """The guest as booted, before the role: what the first run must change."""
+    """The guest as it came up from the box, read before the role ran on it."""
 
     cmdline: str
     gpu_driver: str
+    root_uid: str
+    hostname: str
+    system_state: str
+    failed_units: str
+    machine_id: str
+    ssh_keys: list[str]
+
+
+def _baseline(machine: Machine) -> Baseline:
+    state = machine.run("systemctl is-system-running --wait", check=False).stdout.strip()
+    return Baseline(
+        cmdline=machine.run("cat /proc/cmdline").stdout,
+        gpu_driver=_driver(machine, GPU),
+        root_uid=machine.run("sudo -n id -u").stdout.strip(),
+        hostname=machine.run("hostname").stdout.strip(),
+        system_state=state,
+        failed_units=machine.run("systemctl --failed", check=False).stdout,
+        machine_id=machine.run("cat /etc/machine-id").stdout.strip(),
+        ssh_keys=machine.run("ls /etc/ssh/").stdout.split(),
+    )
 
 
 @dataclass(frozen=True)
@@ -80,7 +107,7 @@ def boot_and_run_twice(job: JobContext) -> Runs:
     state = job.workdir / "state"
     job.on_cancel(lambda: stop_vm(state))
     machine = job.stack.enter_context(booted(box, state, "--iommu", *GPU_SHAPED_DEVICE))
-    baseline = Baseline(machine.run("cat /proc/cmdline").stdout, _driver(machine, GPU))
+    baseline = _baseline(machine)
     inventory = machine.inventory(job.workdir / "inventory.yml", [], group="gpu_hypervisors")
     before = _boot_id(machine)
     first = run_hypervisor_play(inventory, SETTINGS, job.workdir, timeout=1200)
@@ -97,6 +124,35 @@ def runs(background_jobs: BackgroundJobs) -> Iterator[Runs]:
 
 def _changed(play: Play) -> list[str]:
     return [name for name, result in play.tasks(HOST) if result.get("changed")]
+
+
+def test_box_boots_with_its_own_identity_and_passwordless_sudo(runs: Runs) -> None:
+    boot = runs.baseline
+    assert boot.root_uid == "0"
+    assert boot.hostname == "tfhost-vm"
+    assert boot.system_state == "running", boot.failed_units
+    assert len(boot.machine_id) == 32
+    assert "ssh_host_ed25519_key" in boot.ssh_keys
+    assert "Linux version" in runs.machine.console(), "the serial console log is empty"
+
+
+def _listening_sockets(pid: int) -> list[str]:
+    lines = subprocess.run(["ss", "-Hltnup"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    return [line.split()[4] for line in lines if f"pid={pid}," in line]
+
+
+def test_guest_is_reachable_only_on_loopback(runs: Runs) -> None:
+    machine = runs.machine
+    pid = int((machine.state / "qemu.pid").read_text())
+    assert _listening_sockets(pid) == [f"127.0.0.1:{machine.ssh_port}"]
+    assert "restrict=on" in (machine.state / "qemu.cmdline").read_text()
+    # QEMU's user network would map 10.0.2.2 to the host's loopback; restrict=on
+    # must refuse it even for a port that is really listening there.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        probe = machine.run(f"timeout 5 bash -c 'echo > /dev/tcp/10.0.2.2/{port}'", check=False)
+    assert probe.returncode != 0
 
 
 def test_before_the_role_nothing_is_bound_to_vfio(runs: Runs) -> None:

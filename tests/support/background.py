@@ -1,6 +1,6 @@
 """Start a slow module's set-up when the session starts, so that it overlaps the other tests.
 
-Why: the VM tests (tests/vm/test_vm_site.py, tests/hypervisor/test_vm_hypervisor.py)
+Why: the VM tests (tests/vm/test_vagrant_up.py, tests/hypervisor/test_vm_hypervisor.py)
 spend most of their time booting a guest under TCG and converging a playbook
 in it, waiting on one or two emulated CPUs. Run in order, that is a quarter of
 the suite's wall time on CI's two cores. Registered here, the same work starts

@@ -21,10 +21,11 @@ guest's (`-R`), so the guest uses the same 127.0.0.1 URLs as the container test.
 
 Unlike the container, the guest has its own kernel: the driver role installs the
 headers for it and really reboots it, and the GPU steps meet a machine without a
-GPU exactly as on a GPU-less host. It covers what the QEMU-only
-tests/vm/test_vm_site.py covers, which goes once this test has passed on an idle
-machine. The slow part (box add, up, tests/infra, provision again) is a
-background job that starts after collection (tests/support/background.py).
+GPU exactly as on a GPU-less host. It replaced tests/vm/test_vm_site.py (site.yml
+in a guest that scripts/vm.sh booted, converged by hand), whose box and
+loopback checks went to tests/hypervisor/test_vm_hypervisor.py. The slow part
+(box add, up, tests/infra, provision again) is a background job that starts
+after collection (tests/support/background.py).
 """
 
 from __future__ import annotations
@@ -55,18 +56,7 @@ from tests.vm.box_fixture import require_box
 from tests.vm.machine import Box
 from tests.vm.netns import Namespace, destroy_domains, libvirt_namespace, relay_ports
 
-# Opt-in until it has passed end to end (TFHOST_VAGRANT_UP=1 runs it). Its two runs, under
-# loads of 8-27 beside other work, ran out of the 3000 s `vagrant up` limit in the play: the
-# second one after 129 tasks (Docker and the container toolkit's repository), having lost
-# 7 minutes to an SSH connection held across the driver role's reboot (the Vagrantfile's
-# ansible.raw_ssh_args keepalives now end such a connection in 30 s).
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(3600),
-    pytest.mark.skipif(os.environ.get("TFHOST_VAGRANT_UP") != "1",
-                       reason="vagrant up end to end is opt-in (TFHOST_VAGRANT_UP=1) until it "
-                              "has passed on an idle machine; see tests/vm/test_vagrant_up.py"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 APT_CACHE = Path(os.environ.get("TFHOST_BOX_CACHE", "/var/cache/tfhost-box")) / "apt-proxy"
 GUEST = "tfhost-gpu1"
