@@ -428,3 +428,41 @@ def test_rocky_rerun_after_the_upgrade_changes_nothing(
     _, second = rocky_upgrade
     assert second.returncode == 0, second.explain()
     assert second.recap["changed"] == 0, second.explain()
+
+
+@pytest.fixture(scope="module")
+def rocky_flavour_change(platform_run: PlatformRun, rocky_upgrade: tuple[PlaybookRun, PlaybookRun],
+                         ) -> tuple[PlaybookRun, PlaybookRun]:
+    """After the upgrade, branch 575 with the proprietary modules (stream 575-dkms), then again.
+
+    Before the fix the lock on kmod-nvidia-open-dkms stayed, and dnf would not erase it
+    for kmod-nvidia-latest-dkms, which conflicts with it.
+    """
+    _rocky(platform_run)
+    assert rocky_upgrade[0].returncode == 0, rocky_upgrade[0].explain()
+    lab, key = platform_run.lab, platform_run.platform.key
+    files = [*platform_run.vars_files, lab.extra_vars_file(
+        f"{key}-flavour.yml", {**UPGRADE_VARS, "nvidia_driver_kernel_modules": "proprietary"})]
+    first = run_playbook(platform_run.inventory, files, lab.path(f"{key}-flavour-1.log"),
+                         "--tags", "nvidia_driver")
+    record_timing(f"{key}: open -> proprietary modules, same branch", first.seconds)
+    second = run_playbook(platform_run.inventory, files, lab.path(f"{key}-flavour-2.log"),
+                          "--tags", "nvidia_driver")
+    return first, second
+
+
+def test_rocky_flavour_change_switches_the_stream_and_the_locked_module(
+        platform_run: PlatformRun, rocky_flavour_change: tuple[PlaybookRun, PlaybookRun]) -> None:
+    first, second = rocky_flavour_change
+    assert first.returncode == 0, first.explain()
+    host = platform_run.host
+    enabled = host.exec("dnf", "-q", "module", "list", "--enabled", "nvidia-driver").stdout
+    assert [line.split()[:3] for line in enabled.splitlines()
+            if line.startswith("nvidia-driver ")] == [["nvidia-driver", "575-dkms", "[e]"]], enabled
+    versions = _rpm_versions(host, "kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms")
+    assert versions == {"kmod-nvidia-latest-dkms": "575.57.08-1.el9", "kmod-nvidia-open-dkms": ""}
+    locked = host.exec("dnf", "-q", "versionlock", "list").stdout.split()
+    assert "kmod-nvidia-latest-dkms-3:575.57.08-1.el9.*" in locked, locked
+    assert [entry for entry in locked if entry.startswith("kmod-nvidia-open-dkms-")] == []
+    assert second.returncode == 0, second.explain()
+    assert second.recap["changed"] == 0, second.explain()

@@ -1,4 +1,4 @@
-"""other_versionlocks: the lock lines a version change must delete, and only those.
+"""other_versionlocks / versionlocks_of: the lock lines a version or flavour change deletes.
 
 The lines are what `dnf versionlock list` prints on the Rocky 9 stand-in
 (NAME-EPOCH:VERSION-RELEASE.*); the upgrade tests in test_platforms.py run the
@@ -13,17 +13,18 @@ from collections.abc import Callable
 from tests.ansible.playbook import ANSIBLE_DIR
 
 
-def _load_filter() -> Callable[..., list[str]]:
+def _load_filter(name: str) -> Callable[..., list[str]]:
     spec = importlib.util.spec_from_file_location(
         "versionlock_filter", ANSIBLE_DIR / "filter_plugins" / "versionlock.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    found: Callable[..., list[str]] = module.FilterModule().filters()["other_versionlocks"]
+    found: Callable[..., list[str]] = module.FilterModule().filters()[name]
     return found
 
 
-other_versionlocks = _load_filter()
+other_versionlocks = _load_filter("other_versionlocks")
+versionlocks_of = _load_filter("versionlocks_of")
 
 LOCKS = [
     "nvidia-driver-cuda-3:570.148.08-1.el9.*",
@@ -55,3 +56,14 @@ def test_nothing_to_release() -> None:
     assert other_versionlocks([], ["nvidia-container-toolkit"], "1.18.0-1") == []
     assert other_versionlocks(LOCKS, [], "575") == []
     assert other_versionlocks(LOCKS, ["nvidia-container-toolkit"], "1.17.8-1") == []
+
+
+def test_every_lock_of_a_package_whatever_its_version() -> None:
+    flavour = [*LOCKS, "kmod-nvidia-open-dkms-3:575.57.08-1.el9.*"]
+    assert versionlocks_of(flavour, ["kmod-nvidia-open-dkms"]) == [
+        "kmod-nvidia-open-dkms-3:575.57.08-1.el9.*"]
+    # Whole names only: nvidia-driver-cuda leaves the -libs lock alone.
+    assert versionlocks_of(LOCKS, ["nvidia-driver-cuda"]) == [
+        "nvidia-driver-cuda-3:570.148.08-1.el9.*"]
+    assert versionlocks_of(LOCKS, []) == []
+    assert versionlocks_of(LOCKS, ["kmod-nvidia-latest-dkms"]) == []
