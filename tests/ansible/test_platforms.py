@@ -377,20 +377,24 @@ ROCKY_TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
                  "libnvidia-container-tools", "libnvidia-container1"]
 
 
+def _twice(platform_run: PlatformRun, name: str, extra: dict[str, object], tags: str,
+           timing: str) -> tuple[PlaybookRun, PlaybookRun]:
+    """site.yml on the converged host with `extra` on top, then the same again (changed=0)."""
+    lab, key = platform_run.lab, platform_run.platform.key
+    files = [*platform_run.vars_files, lab.extra_vars_file(f"{key}-{name}.yml", extra)]
+    runs = tuple(run_playbook(platform_run.inventory, files, lab.path(f"{key}-{name}-{n}.log"),
+                              "--tags", tags) for n in (1, 2))
+    record_timing(f"{key}: {timing}", runs[0].seconds)
+    record_timing(f"{key}: re-run after it ({name})", runs[1].seconds)
+    return runs[0], runs[1]
+
+
 @pytest.fixture(scope="module")
 def rocky_upgrade(platform_run: PlatformRun) -> tuple[PlaybookRun, PlaybookRun]:
     """The converged Rocky host (old versions) gets the new ones, then the same play again."""
     _rocky(platform_run)
-    lab, key = platform_run.lab, platform_run.platform.key
-    files = [*platform_run.vars_files,
-             lab.extra_vars_file(f"{key}-upgrade.yml", UPGRADE_VARS)]
-    first = run_playbook(platform_run.inventory, files, lab.path(f"{key}-upgrade-1.log"),
-                         "--tags", UPGRADE_TAGS)
-    record_timing(f"{key}: upgrade to the second versions", first.seconds)
-    second = run_playbook(platform_run.inventory, files, lab.path(f"{key}-upgrade-2.log"),
-                          "--tags", UPGRADE_TAGS)
-    record_timing(f"{key}: re-run after the upgrade", second.seconds)
-    return first, second
+    return _twice(platform_run, "upgrade", UPGRADE_VARS, UPGRADE_TAGS,
+                  "upgrade to the second versions")
 
 
 def test_rocky_upgrade_switches_the_stream_and_installs_the_new_versions(
@@ -440,15 +444,9 @@ def rocky_flavour_change(platform_run: PlatformRun, rocky_upgrade: tuple[Playboo
     """
     _rocky(platform_run)
     assert rocky_upgrade[0].returncode == 0, rocky_upgrade[0].explain()
-    lab, key = platform_run.lab, platform_run.platform.key
-    files = [*platform_run.vars_files, lab.extra_vars_file(
-        f"{key}-flavour.yml", {**UPGRADE_VARS, "nvidia_driver_kernel_modules": "proprietary"})]
-    first = run_playbook(platform_run.inventory, files, lab.path(f"{key}-flavour-1.log"),
-                         "--tags", "nvidia_driver")
-    record_timing(f"{key}: open -> proprietary modules, same branch", first.seconds)
-    second = run_playbook(platform_run.inventory, files, lab.path(f"{key}-flavour-2.log"),
-                          "--tags", "nvidia_driver")
-    return first, second
+    return _twice(platform_run, "flavour",
+                  {**UPGRADE_VARS, "nvidia_driver_kernel_modules": "proprietary"},
+                  "nvidia_driver", "open -> proprietary modules, same branch")
 
 
 def test_rocky_flavour_change_switches_the_stream_and_the_locked_module(
