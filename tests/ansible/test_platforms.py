@@ -464,3 +464,38 @@ def test_rocky_flavour_change_switches_the_stream_and_the_locked_module(
     assert [entry for entry in locked if entry.startswith("kmod-nvidia-open-dkms-")] == []
     assert second.returncode == 0, second.explain()
     assert second.recap["changed"] == 0, second.explain()
+
+
+# --- the branch upgrade on the converged Ubuntu 24.04 host ---------------------------
+# Ubuntu names the driver packages by branch: a new branch is new package names, and the
+# old branch's must go. (Debian 12's test, in test_site.py, covers the apt family's path
+# where one name moves from one held version to the next.)
+
+@pytest.fixture(scope="module")
+def ubuntu_upgrade(platform_run: PlatformRun) -> tuple[PlaybookRun, PlaybookRun]:
+    if platform_run.platform.key != "ubuntu2404":
+        pytest.skip("the Ubuntu branch upgrade runs on 24.04 (22.04 runs the same tasks)")
+    return _twice(platform_run, "upgrade", {"nvidia_driver_branch": "575"}, "nvidia_driver",
+                  "driver branch 570 -> 575")
+
+
+def test_ubuntu_upgrade_replaces_the_branch_named_packages(
+        platform_run: PlatformRun, ubuntu_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+    first, second = ubuntu_upgrade
+    assert first.returncode == 0, first.explain()
+    status = platform_run.host.exec(
+        "dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version} ${db:Status-Want}\\n",
+        "nvidia-*", "libnvidia-*").stdout
+    installed = {fields[1]: (fields[2], fields[3]) for fields in map(str.split, status.splitlines())
+                 if len(fields) == 4 and fields[0][1:] == "i"}
+    for name in ("nvidia-headless-575-open", "nvidia-dkms-575-open", "nvidia-utils-575",
+                 "nvidia-compute-utils-575", "nvidia-kernel-source-575-open"):
+        assert name in installed, f"{name} is not installed: {sorted(installed)}"
+        version, want = installed[name]
+        assert version.startswith("575."), f"{name} {version}"
+        assert want == "hold", f"{name} is not held ({want})"
+    leftovers = sorted(name for name, (version, _) in installed.items()
+                       if version.startswith("570."))
+    assert leftovers == [], "packages of the old branch are still installed"
+    assert second.returncode == 0, second.explain()
+    assert second.recap["changed"] == 0, second.explain()
