@@ -129,3 +129,34 @@ def test_testinfra_fabric_checks_pass_on_the_hgx_host(hgx: HgxRun) -> None:
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
     assert "no NVSwitch on this host" not in suite.stdout, "the fabric checks must run here"
+
+
+# Last in the module: it moves the HGX host to branch 575, which no test above expects.
+@pytest.fixture(scope="module")
+def hgx_upgrade(hgx: HgxRun) -> tuple[PlaybookRun, PlaybookRun]:
+    """Branch 570 -> 575 on the converged HGX host (the driver role only), then again."""
+    assert hgx.first.returncode == 0, "converge failed; see the first test"
+    upgrade = hgx.vars_file.with_name("hgx-upgrade-vars.yml")
+    upgrade.write_text(yaml.safe_dump({"nvidia_driver_branch": "575"}))
+    inventory = hgx.vars_file.with_name("hgx.inventory.yml")
+    runs = tuple(run_playbook(inventory, [hgx.vars_file, upgrade],
+                              hgx.vars_file.with_name(f"hgx-upgrade-{n}.log"),
+                              "--tags", "nvidia_driver", timeout=PLAY_TIMEOUT) for n in (1, 2))
+    record_timing("HGX H100 stand-in: branch 570 -> 575 with Fabric Manager", runs[0].seconds)
+    return runs[0], runs[1]
+
+
+def test_branch_upgrade_moves_fabric_manager_with_the_driver(
+        hgx: HgxRun, hgx_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+    """Issue 15.2: Fabric Manager follows the driver's branch, and the two are held together."""
+    first, second = hgx_upgrade
+    assert first.returncode == 0, first.explain()
+    assert _installed(hgx.host, "nvidia-fabricmanager-*", "nvidia-kernel-open-dkms") == [
+        "nvidia-fabricmanager-575 575.57.08-1", "nvidia-kernel-open-dkms 575.57.08-1"]
+    held = set(hgx.host.exec("apt-mark", "showhold").stdout.split())
+    assert {"nvidia-fabricmanager-575", "nvidia-kernel-open-dkms"} <= held, held
+    assert hgx.host.exec("systemctl", "is-active", "nvidia-fabricmanager").stdout.strip() \
+        == "active"
+    assert _said(first, "NVLink fabric initialised on 8 GPU(s): State Completed, Status Success")
+    assert second.returncode == 0, second.explain()
+    assert second.recap["changed"] == 0, second.explain()
