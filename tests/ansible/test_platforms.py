@@ -273,6 +273,13 @@ def _rocky(platform_run: PlatformRun) -> TargetHost:
     return platform_run.host
 
 
+def _enabled_streams(host: TargetHost) -> tuple[list[list[str]], str]:
+    """The nvidia-driver module's enabled stream rows (name, stream, flags), and the listing."""
+    listing = host.exec("dnf", "-q", "module", "list", "--enabled", "nvidia-driver").stdout
+    return [line.split()[:3] for line in listing.splitlines()
+            if line.startswith("nvidia-driver ")], listing
+
+
 def _rpm_versions(host: TargetHost, *names: str) -> dict[str, str]:
     """version-release of each installed package ('' when it is not installed)."""
     found = {}
@@ -403,9 +410,8 @@ def test_rocky_upgrade_switches_the_stream_and_installs_the_new_versions(
     first, _ = rocky_upgrade
     assert first.returncode == 0, first.explain()
     host = platform_run.host
-    enabled = host.exec("dnf", "-q", "module", "list", "--enabled", "nvidia-driver").stdout
-    assert [line.split()[:3] for line in enabled.splitlines()
-            if line.startswith("nvidia-driver ")] == [["nvidia-driver", "575-open", "[e]"]], enabled
+    streams, listing = _enabled_streams(host)
+    assert streams == [["nvidia-driver", "575-open", "[e]"]], listing
     assert _rpm_versions(host, *ROCKY_DRIVER) == dict.fromkeys(ROCKY_DRIVER, "575.57.08-1.el9")
     assert _rpm_versions(host, "cuda-toolkit-12-9")["cuda-toolkit-12-9"] != ""
     assert _rpm_versions(host, *ROCKY_CUDNN) == dict.fromkeys(ROCKY_CUDNN, "9.10.2.21-1")
@@ -454,9 +460,8 @@ def test_rocky_flavour_change_switches_the_stream_and_the_locked_module(
     first, second = rocky_flavour_change
     assert first.returncode == 0, first.explain()
     host = platform_run.host
-    enabled = host.exec("dnf", "-q", "module", "list", "--enabled", "nvidia-driver").stdout
-    assert [line.split()[:3] for line in enabled.splitlines()
-            if line.startswith("nvidia-driver ")] == [["nvidia-driver", "575-dkms", "[e]"]], enabled
+    streams, listing = _enabled_streams(host)
+    assert streams == [["nvidia-driver", "575-dkms", "[e]"]], listing
     versions = _rpm_versions(host, "kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms")
     assert versions == {"kmod-nvidia-latest-dkms": "575.57.08-1.el9", "kmod-nvidia-open-dkms": ""}
     locked = host.exec("dnf", "-q", "versionlock", "list").stdout.split()
