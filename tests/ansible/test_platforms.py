@@ -65,6 +65,12 @@ class PlatformRun:
     headers_gone: PlaybookRun | None = None
     headers_newest: PlaybookRun | None = None
     kernel_devel: str = ""
+    # RedHat family, issue 14 item 4: the driver step on the fresh host while the CUDA
+    # repository's metadata cannot be read (after its .repo is written); the next run
+    # (headers_newest) must refresh and install. The driver package after that run.
+    interrupted: PlaybookRun | None = None
+    interrupted_wrote_repo: bool = False
+    recovered_driver: str = ""
 
 
 @dataclass
@@ -110,6 +116,27 @@ def _facts(inventory: Path, host: str) -> dict[str, str]:
 
 
 PARAMS = [pytest.param(platform, id=platform.key) for platform in STAND_INS]
+CUDA_RPM_REPO = "compute/cuda/repos/rhel9/x86_64"
+
+
+def _interrupted_run(host: TargetHost, inventory: Path, vars_files: list[Path], rpm_root: Path,
+                     log: Path) -> tuple[PlaybookRun, bool]:
+    """The driver step while the CUDA repository serves its key but not its metadata.
+
+    The run writes /etc/yum.repos.d/cuda-rhel9-x86_64.repo, then stops when dnf
+    cannot read the repository's index (a mirror down mid-run, or ^C there).
+    Returns the run and whether the .repo file was written.
+    """
+    repodata = rpm_root / CUDA_RPM_REPO / "repodata"
+    offline = repodata.with_name("repodata.offline")
+    repodata.rename(offline)
+    try:
+        run = run_playbook(inventory, vars_files, log, "--tags", "nvidia_driver")
+    finally:
+        offline.rename(repodata)
+    written = host.exec("test", "-e", "/etc/yum.repos.d/cuda-rhel9-x86_64.repo",
+                        check=False).returncode == 0
+    return run, written
 
 
 @pytest.fixture(scope="module", params=PARAMS)
@@ -152,6 +179,7 @@ def platform_run(request: pytest.FixtureRequest,
                     for path in witnesses}
         epel_off, epel_off_driver = None, ""
         headers_gone, headers_newest, kernel_devel = None, None, ""
+        interrupted, interrupted_wrote_repo, recovered_driver = None, False, ""
         if rpm_based:
             epel_off = run_playbook(
                 fresh_inventory,
@@ -165,16 +193,22 @@ def platform_run(request: pytest.FixtureRequest,
                                         lab.path(f"{suffix}-headers-gone.log"),
                                         "--tags", "nvidia_driver")
             fresh.exec("dnf", "-q", "-y", "install", "kernel-core")
+            interrupted, interrupted_wrote_repo = _interrupted_run(
+                fresh, fresh_inventory, headers, platform_lab.rpm_repos.root,
+                lab.path(f"{suffix}-interrupted.log"))
+            # The next run: the repository answers again; it must refresh and install.
             headers_newest = run_playbook(fresh_inventory, headers,
                                           lab.path(f"{suffix}-headers-newest.log"),
                                           "--tags", "nvidia_driver")
             devel = fresh.exec("rpm", "-q", "kernel-devel", check=False)
             kernel_devel = devel.stdout.strip() if devel.returncode == 0 else ""
+            driver = fresh.exec("rpm", "-q", "nvidia-driver-cuda", check=False)
+            recovered_driver = driver.stdout.strip() if driver.returncode == 0 else ""
         fresh.remove()
         fresh = None
         yield PlatformRun(platform, lab, host, inventory, facts, first, second, check, pristine,
                           vars_files, epel_off, epel_off_driver, headers_gone, headers_newest,
-                          kernel_devel)
+                          kernel_devel, interrupted, interrupted_wrote_repo, recovered_driver)
     finally:
         if fresh is not None:
             fresh.remove()
@@ -369,6 +403,29 @@ def test_rocky_kernel_devel_for_the_newest_installed_kernel(platform_run: Platfo
     assert newest.returncode == 0, newest.explain()
     assert platform_run.kernel_devel == "kernel-devel-5.14.0-503.14.1.el9_5.x86_64"
     assert "the module is built for the newest installed kernel" in newest.output
+
+
+def test_rocky_run_interrupted_before_the_index_refresh_recovers(
+        platform_run: PlatformRun) -> None:
+    """dnf's side of issue 14 item 4 (apt's is tests/ansible/test_trust.py).
+
+    The first driver run on the fresh host writes the CUDA .repo file, then
+    cannot read the repository's metadata and stops. The next run finds the
+    .repo file unchanged and must still read the index and install the driver,
+    not wait out a metadata cache.
+    """
+    _rocky(platform_run)
+    interrupted = platform_run.interrupted
+    assert interrupted is not None
+    record_timing(f"{platform_run.platform.key}: driver run, CUDA index unreadable",
+                  interrupted.seconds)
+    assert interrupted.returncode != 0
+    assert platform_run.interrupted_wrote_repo, "the run should stop after writing the .repo file"
+    assert "cuda-rhel9-x86_64" in interrupted.output, interrupted.explain()
+    assert platform_run.headers_newest is not None
+    assert platform_run.headers_newest.returncode == 0, platform_run.headers_newest.explain()
+    assert platform_run.recovered_driver.startswith("nvidia-driver-cuda-570."), \
+        platform_run.recovered_driver
 
 
 # --- upgrades on the converged Rocky host (issue 14, item 3) ------------------------
