@@ -13,12 +13,16 @@ hardware and is converged by tests/ansible.
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -129,6 +133,142 @@ def test_testinfra_fabric_checks_pass_on_the_hgx_host(hgx: HgxRun) -> None:
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
     assert "no NVSwitch on this host" not in suite.stdout, "the fabric checks must run here"
+
+
+# --- The DCGM exporter (issue 15.3), on the converged HGX host ---------------------------
+EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"  # the role's default
+STANDIN = Path(__file__).parent / "standin" / "dcgm-exporter"
+
+
+@dataclass
+class ExporterRuns:
+    settings: Path  # the last run's exporter variables
+    docker: PlaybookRun
+    first: PlaybookRun
+    second: PlaybookRun
+    moved: PlaybookRun
+    ports: tuple[int, int]
+    inspect: dict[str, Any]
+    metrics_first: str
+    metrics_moved: str
+    old_port_answers: bool
+    hook_log: str
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _metrics(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            return str(answer.read().decode())
+    except OSError:
+        return ""
+
+
+def _load_standin_exporter(host: TargetHost, workdir: Path) -> None:
+    """The stand-in built here under the exporter's NGC name, loaded into the host's dockerd.
+
+    NGC is unreachable: the image the role runs by its default name is this
+    one, already on the host, so `docker run` starts it without a pull.
+    """
+    context = workdir / "exporter-image"
+    context.mkdir()
+    (context / "dcgm-exporter").write_text(STANDIN.read_text())
+    (context / "Dockerfile").write_text(
+        f"FROM {target_image()}\nCOPY dcgm-exporter /usr/bin/dcgm-exporter\n"
+        "RUN chmod 0755 /usr/bin/dcgm-exporter\n"
+        'CMD ["/usr/bin/dcgm-exporter"]\n')
+    docker("build", "--network", "none", "--tag", EXPORTER_IMAGE, str(context), timeout=600)
+    with subprocess.Popen(["docker", "save", EXPORTER_IMAGE], stdout=subprocess.PIPE) as save:
+        loaded = subprocess.run(["docker", "exec", "-i", host.name, "docker", "load"],
+                                stdin=save.stdout, capture_output=True, text=True, timeout=600,
+                                check=False)
+    docker("rmi", EXPORTER_IMAGE, check=False)
+    if loaded.returncode != 0:
+        raise RuntimeError(f"docker load in {host.name} failed: {loaded.stderr[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def exporter(hgx: HgxRun, tmp_path_factory: pytest.TempPathFactory) -> ExporterRuns:
+    """Docker + the toolkit on the HGX host, then the exporter on, again, and on a new port."""
+    assert hgx.first.returncode == 0, "converge failed; see the first test"
+    workdir = tmp_path_factory.mktemp("exporter")
+    inventory = hgx.vars_file.with_name("hgx.inventory.yml")
+    docker_run = run_playbook(inventory, [hgx.vars_file], workdir / "docker.log",
+                              "--tags", "docker,nvidia_container_toolkit", timeout=PLAY_TIMEOUT)
+    assert docker_run.returncode == 0, docker_run.explain()
+    _load_standin_exporter(hgx.host, workdir)
+    ports = (_free_port(), _free_port())
+
+    def exporter_run(name: str, port: int) -> PlaybookRun:
+        settings = workdir / f"{name}-vars.yml"
+        # CI's dockerd has no bridge ("bridge": "none"): the exporter shares the host's
+        # network, and listens on the loopback address only.
+        settings.write_text(yaml.safe_dump({
+            "dcgm_exporter": True, "dcgm_exporter_network": "host",
+            "dcgm_exporter_address": "127.0.0.1", "dcgm_exporter_port": port}))
+        return run_playbook(inventory, [hgx.vars_file, settings], workdir / f"{name}.log",
+                            "--tags", "dcgm", timeout=PLAY_TIMEOUT)
+
+    first = exporter_run("first", ports[0])
+    metrics_first = _metrics(ports[0])
+    second = exporter_run("second", ports[0])
+    inspect = json.loads(hgx.host.exec("docker", "inspect", "dcgm-exporter").stdout)[0]
+    hook_log = hgx.host.exec("cat", "/var/log/nvidia-stub/runtime-hook.log", check=False).stdout
+    moved = exporter_run("moved", ports[1])
+    metrics_moved = _metrics(ports[1])
+    old_port_answers = bool(_metrics(ports[0]))
+    record_timing("HGX H100 stand-in: Docker + container toolkit", docker_run.seconds)
+    record_timing("HGX H100 stand-in: DCGM exporter started", first.seconds)
+    return ExporterRuns(workdir / "moved-vars.yml", docker_run, first, second, moved, ports,
+                        inspect, metrics_first, metrics_moved, old_port_answers, hook_log)
+
+
+def test_the_exporter_runs_on_the_nvidia_runtime_with_the_gpus(exporter: ExporterRuns) -> None:
+    assert exporter.first.returncode == 0, exporter.first.explain()
+    host_config = exporter.inspect["HostConfig"]
+    assert host_config["Runtime"] == "nvidia"
+    assert host_config["RestartPolicy"]["Name"] == "unless-stopped"
+    assert host_config["NetworkMode"] == "host"
+    assert [(request["Count"], request["Capabilities"]) for request in
+            host_config["DeviceRequests"]] == [(-1, [["gpu"]])]
+    assert exporter.inspect["Config"]["Image"] == EXPORTER_IMAGE
+    # Docker ran the NVIDIA prestart hook for --gpus all (the stub logs each call).
+    assert "prestart" in exporter.hook_log
+
+
+def test_the_exporter_serves_metrics_and_the_play_says_so(exporter: ExporterRuns) -> None:
+    assert "DCGM_FI_DEV_GPU_TEMP{" in exporter.metrics_first
+    assert _said(exporter.first, f"http://127.0.0.1:{exporter.ports[0]}/metrics, 3 DCGM "
+                                 "metric(s) (DCGM_FI_DEV_GPU_TEMP, ...)")
+
+
+def test_the_exporter_rerun_changes_nothing(exporter: ExporterRuns) -> None:
+    assert exporter.second.returncode == 0, exporter.second.explain()
+    assert exporter.second.recap["changed"] == 0, exporter.second.explain()
+
+
+def test_a_new_port_replaces_the_exporter(exporter: ExporterRuns) -> None:
+    assert exporter.moved.returncode == 0, exporter.moved.explain()
+    assert exporter.moved.recap["changed"] == 2, exporter.moved.explain()  # removed, started
+    assert "DCGM_FI_DEV_GPU_TEMP{" in exporter.metrics_moved
+    assert not exporter.old_port_answers
+
+
+def test_testinfra_exporter_check_passes_on_the_hgx_host(hgx: HgxRun,
+                                                         exporter: ExporterRuns) -> None:
+    """tests/infra's exporter check, which a real host with dcgm_exporter: true runs too."""
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/infra/test_dcgm.py",
+         f"--hosts=docker://{hgx.host.name}", "--tfhost-vars", str(hgx.vars_file),
+         "--tfhost-vars", str(exporter.settings), "-p", "no:cacheprovider", "-q", "-rs"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
+    assert "2 passed" in suite.stdout, suite.stdout[-2000:]
 
 
 # Last in the module: it moves the HGX host to branch 575, which no test above expects.

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from tests.infra.helpers import installed_version
 
 
@@ -46,3 +48,19 @@ def test_dcgm_only_where_there_are_gpus(host: Any, tfvars: dict[str, Any]) -> No
                     "datacenter-gpu-manager-4-cuda13", *tfvars.get("dcgm_packages", [])]
         versions = {name: installed_version(host, name) for name in packages}
         assert not any(versions.values()), f"DCGM installed on a host without GPUs: {versions}"
+
+
+def test_the_exporter_runs_and_serves_metrics_where_enabled(host: Any,
+                                                           tfvars: dict[str, Any]) -> None:
+    """dcgm_exporter: true -> the dcgm-exporter container, on the NVIDIA runtime, answers."""
+    if not (tfvars.get("dcgm_exporter") and _expected(host, tfvars)):
+        pytest.skip("dcgm_exporter is off (the default) or this host gets no DCGM")
+    inspect = host.run("docker inspect --format '{{.State.Running}} {{.HostConfig.Runtime}} "
+                       "{{.Config.Image}}' dcgm-exporter")
+    assert inspect.rc == 0, "no dcgm-exporter container"
+    assert inspect.stdout.split() == ["true", "nvidia", tfvars["dcgm_exporter_image"]]
+    port = tfvars["dcgm_exporter_port"]
+    metrics = host.run(f"python3 -c \"import urllib.request; print(urllib.request.urlopen("
+                       f"'http://127.0.0.1:{port}/metrics', timeout=10).read().decode())\"")
+    assert metrics.rc == 0, metrics.stderr
+    assert re.search(r"(?m)^DCGM_FI_", metrics.stdout), metrics.stdout[:500]
