@@ -7,6 +7,8 @@ GPU host), so it is not collected in a plain ``pytest`` run.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import signal
 from pathlib import Path
 
@@ -28,6 +30,33 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def blocking_stdio() -> list[int]:
+    """Put stdin, stdout and stderr back in blocking mode; returns the fds that were not.
+
+    Children inherit this process's stdio, and the open file behind each is
+    shared: one child that sets O_NONBLOCK on it (seen in a clean clone on a
+    fresh machine, while the Debian base images were built) leaves it so for
+    every later child, and ansible-core then refuses to start ("Ansible requires
+    blocking IO on stdin/stdout/stderr. Non-blocking file handles detected").
+    """
+    repaired = []
+    for fd in (0, 1, 2):
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        except OSError:
+            continue
+        if flags & os.O_NONBLOCK:
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+            repaired.append(fd)
+    return repaired
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Each test starts with blocking stdio, whatever an earlier test's children did."""
+    blocking_stdio()
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
