@@ -80,6 +80,13 @@ class TargetHost:
     def read(self, path: str) -> str:
         return self.exec("cat", path).stdout
 
+    def unit_states(self, units: list[str]) -> dict[str, str]:
+        """unit -> "ENABLED/ACTIVE", as systemctl is-enabled and is-active say it."""
+        return {unit: "{}/{}".format(
+            self.exec("systemctl", "is-enabled", unit, check=False).stdout.strip(),
+            self.exec("systemctl", "is-active", unit, check=False).stdout.strip())
+            for unit in units}
+
     def remove(self) -> None:
         """Stop systemd cleanly (SIGRTMIN+3), then delete the container."""
         docker("stop", "--time", "20", self.name, check=False, timeout=60)

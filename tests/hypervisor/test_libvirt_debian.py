@@ -46,12 +46,6 @@ class LibvirtRuns:
     state_after_third: dict[str, str]
 
 
-def _state(host: TargetHost, units: list[str]) -> dict[str, str]:
-    return {unit: "{}/{}".format(
-        host.exec("systemctl", "is-enabled", unit, check=False).stdout.strip(),
-        host.exec("systemctl", "is-active", unit, check=False).stdout.strip()) for unit in units}
-
-
 @pytest.fixture(scope="module")
 def libvirt_runs(docker_host: str,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[LibvirtRuns]:
@@ -71,12 +65,12 @@ def libvirt_runs(docker_host: str,
                                 playbook=str(playbook), vault=None)
 
         first = run("first")
-        after_first = _state(host, [*SOCKETS, "libvirtd.service"])
+        after_first = host.unit_states([*SOCKETS, "libvirtd.service"])
         second = run("second")
         # Someone stops a socket by hand; the role starts it again.
         host.exec("systemctl", "stop", "libvirtd-ro.socket")
         third = run("third")
-        after_third = _state(host, SOCKETS)
+        after_third = host.unit_states(SOCKETS)
         yield LibvirtRuns(host, first, after_first, second, third, after_third)
     finally:
         host.remove()

@@ -99,16 +99,6 @@ def _install_tree(host: TargetHost, local: Path, remote: str) -> None:
                    capture_output=True, timeout=120)
 
 
-def _unit_state(host: TargetHost, units: list[str]) -> dict[str, str]:
-    """unit -> 'enabled/active' (systemctl is-enabled / is-active)."""
-    state = {}
-    for unit in units:
-        enabled = host.exec("systemctl", "is-enabled", unit, check=False).stdout.strip()
-        active = host.exec("systemctl", "is-active", unit, check=False).stdout.strip()
-        state[unit] = f"{enabled}/{active}"
-    return state
-
-
 def _all_units() -> list[str]:
     return [f"{daemon}{suffix}" for daemon in MODULAR
             for suffix in (".service", ".socket", "-ro.socket", "-admin.socket")] + LEGACY
@@ -163,7 +153,7 @@ def rocky_hypervisor(docker_host: str,
                              "/usr/sbin/virtqemud", "/var/log/dracut-stub.log")}
             check_left["boot entry"] = host.read(BOOT_ENTRY) == ENTRY
             first = play("first", SYSFS_BEFORE)
-            first_state = _unit_state(host, _all_units())
+            first_state = host.unit_states(_all_units())
             entry = host.read(BOOT_ENTRY)
             dracut_log = host.exec("cat", "/var/log/dracut-stub.log", check=False).stdout
             # The reboot: the kernel boots with the entry's options, vfio-pci claims the GPUs.
@@ -176,9 +166,9 @@ def rocky_hypervisor(docker_host: str,
                                              for suffix in (".socket", "-ro.socket",
                                                             "-admin.socket", ".service")])
             host.exec("systemctl", "enable", "--now", *LEGACY)
-            by_hand = _unit_state(host, [*LEGACY, "virtqemud.service", "virtproxyd.socket"])
+            by_hand = host.unit_states([*LEGACY, "virtqemud.service", "virtproxyd.socket"])
             third = play("third", SYSFS_AFTER)
-            third_state = _unit_state(host, _all_units())
+            third_state = host.unit_states(_all_units())
             yield RockyHypervisor(host, check, check_left, first, first_state, entry, dracut_log,
                                   second, by_hand, third, third_state)
         finally:
