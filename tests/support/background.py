@@ -18,6 +18,10 @@ and the module's fixture only collects the result when pytest reaches it.
 * An exception in a job, `pytest.skip` included, is raised again by `result()`,
   in the fixture: it shows as that module's set-up error (or skip), as before.
 * `--no-background` runs each job in its fixture instead, as a plain fixture would.
+* `run_last=True` moves the module's tests to the end of the session, so the job has
+  the whole session to finish and its guest never makes the foreground wait. It is
+  for the longest job (the `vagrant up` guest): on CI's two cores that guest gets one
+  emulated CPU, and the tests that need nothing from it run meanwhile.
 * If the session ends early (-x, Ctrl-C), the job's cancel callbacks run (they
   stop the guest, so the job fails fast) and its stack is closed.
 
@@ -70,6 +74,7 @@ class JobHandle:
     name: str
     module: Path
     work: Work
+    run_last: bool = False
     context: JobContext | None = None
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
@@ -115,11 +120,15 @@ def _skipped_by_mark(item: pytest.Item) -> bool:
     return False
 
 
-def background_job(module_file: str, name: str | None = None) -> Callable[[Work], Work]:
-    """Register `work` as the background set-up of the test module `module_file`."""
+def background_job(module_file: str, name: str | None = None,
+                   run_last: bool = False) -> Callable[[Work], Work]:
+    """Register `work` as the background set-up of the test module `module_file`.
+
+    With `run_last`, the module's tests run after every other test of the session.
+    """
     def register(work: Work) -> Work:
         key = name or work.__qualname__
-        _REGISTRY[key] = JobHandle(key, Path(module_file).resolve(), work)
+        _REGISTRY[key] = JobHandle(key, Path(module_file).resolve(), work, run_last)
         return work
     return register
 
@@ -137,6 +146,14 @@ class BackgroundJobs:
     def _workdir(self, job: JobHandle) -> Path:
         factory: pytest.TempPathFactory = self.config._tmp_path_factory  # type: ignore[attr-defined]
         return factory.mktemp(job.name)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Move the tests of `run_last` modules to the end, each module's in its order."""
+        last = {job.module for job in _REGISTRY.values() if job.run_last}
+        if not last:
+            return
+        items[:] = sorted(items, key=lambda item: Path(str(item.path)).resolve() in last)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:

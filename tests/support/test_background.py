@@ -206,3 +206,31 @@ def test_a_module_skipped_by_its_mark_starts_no_job(pytester: pytest.Pytester) -
                                             "no:cacheprovider")
     skipped.assert_outcomes(passed=2, skipped=1)
     assert "job start" not in _names(_events(pytester.path / "journal.txt"))
+
+
+def test_a_run_last_module_runs_after_every_other_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_m_last=textwrap.dedent('''
+        from journal import note
+        from tests.support.background import background_job
+
+
+        @background_job(__file__, name="last", run_last=True)
+        def last(job):
+            note("last job")
+            return 1
+
+
+        def test_last_one(background_jobs):
+            note("last test one")
+            assert background_jobs.result("last") == 1
+
+
+        def test_last_two():
+            note("last test two")
+    '''))
+    result, events = _session(pytester)
+    result.assert_outcomes(passed=5)
+    names = _names(events)
+    # Alphabetically test_m_last comes before test_z_slow; run_last puts it after,
+    # its own tests still in their order.
+    assert names.index("slow test") < names.index("last test one") < names.index("last test two")
