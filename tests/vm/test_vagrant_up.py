@@ -155,6 +155,9 @@ def _lab(box: Box, workdir: Path) -> Iterator[Lab]:
             PATH=f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
             VAGRANT_HOME=str(workdir / "vagrant.d"), VAGRANT_DOTFILE_PATH=str(workdir / "dotfile"),
             VAGRANT_CHECKPOINT_DISABLE="1",
+            # Each task's start time and duration in up.log and provision.log: where the
+            # guest's half hour under TCG goes (docs/benchmarks.md).
+            ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
             # One emulated CPU: under TCG each vCPU is a host thread, and with two the
             # guest took 1.2-1.5 of CI's two cores for half an hour (measured), leaving
             # the other tests less than one. The module runs last (run_last), so a
