@@ -96,6 +96,7 @@ class ConvergeResult:
     second: PlaybookRun
     watch_samples: int
     leaked_command_lines: list[str]
+    unpipelined_command_lines: list[str]
 
 
 @dataclass
@@ -122,7 +123,8 @@ def converge(lab: Lab, name: str) -> ConvergeResult:
     with CommandLineWatch(EXAMPLE_NGC_API_KEY) as watch:
         first = run_playbook(inventory, [lab.vars_file], lab.path("converge-1.log"))
     second = run_playbook(inventory, [lab.vars_file], lab.path("converge-2.log"))
-    return ConvergeResult(host, inventory, first, second, watch.samples, watch.leaks)
+    return ConvergeResult(host, inventory, first, second, watch.samples, watch.leaks,
+                          watch.unpipelined)
 
 
 # Files a real (not --check) run would create first; none may exist after --check.
@@ -168,9 +170,13 @@ def fresh_host_runs(lab: Lab, name: str) -> FreshResult:
 
 
 def legacy_image() -> str:
-    """Debian 11 with Python (built from Debian's mirror, cached like every base image)."""
+    """Debian 11 with Python and sudo (built from Debian's mirror, cached like every base image).
+
+    The play must reach its OS check, after fact gathering through sudo.
+    """
     built = subprocess.run(
-        [str(BASE_IMAGE), "tfhost/debian11-python", "--suite", "bullseye", "--include", "python3"],
+        [str(BASE_IMAGE), "tfhost/debian11-python", "--suite", "bullseye",
+         "--include", "python3,sudo"],
         capture_output=True, text=True, check=False,
     )
     if built.returncode != 0:

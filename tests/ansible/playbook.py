@@ -75,10 +75,13 @@ def write_inventory(path: Path, container: str) -> Path:
                         container: {
                             "ansible_connection": "community.docker.docker",
                             "ansible_python_interpreter": "/usr/bin/python3",
-                            # docker exec is already root; su (no password from root)
-                            # is how tasks become another user (become_user), as
-                            # the ngc and tensorflow_host roles do.
-                            "ansible_become_method": "su",
+                            # docker exec is already root; sudo (no password from root)
+                            # is how tasks become another user (become_user), as the
+                            # ngc and tensorflow_host roles do. sudo, as over SSH in
+                            # production: it lets Ansible pipe each module into
+                            # python3, where su makes it copy the module first
+                            # (twice the time per task; tests/ansible/watch.py).
+                            "ansible_become_method": "sudo",
                         }
                     }
                 }

@@ -25,6 +25,9 @@ TARGET_PACKAGES = ",".join(
     [
         "systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "ca-certificates",
         "initramfs-tools", "kmod", "procps",
+        # Every supported server has sudo; the CI inventory becomes through it
+        # (tests/ansible/playbook.py).
+        "sudo",
     ]
 )
 

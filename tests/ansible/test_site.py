@@ -90,6 +90,17 @@ def test_ngc_key_is_never_on_a_command_line(scenarios: Scenarios) -> None:
     assert result.leaked_command_lines == []
 
 
+def test_modules_are_piped_not_copied_as_over_ssh_with_sudo(scenarios: Scenarios) -> None:
+    """CI takes production's path: every module piped into python3, none copied to a file.
+
+    A become method without pipelining (su) copies each module to the host first:
+    twice the time per task, and not what an SSH + sudo inventory runs.
+    """
+    result = scenarios.converge.result()
+    assert result.watch_samples > 100, "the process list was hardly sampled"
+    assert result.unpipelined_command_lines == [], result.unpipelined_command_lines[:3]
+
+
 # --- testinfra against the converged container --------------------------------------
 
 

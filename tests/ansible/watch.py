@@ -4,6 +4,12 @@ Why: "the key never reaches a process list" is only testable by looking at
 the process list while the key is in use. The target container shares this
 kernel, so /proc here shows its processes too (docker exec, docker login,
 the Ansible modules).
+
+The same samples show how Ansible ran each module: piped into `python3`'s stdin
+(pipelining, what production's SSH + sudo does) or copied to the host and run from
+a file, `python3 .../AnsiballZ_<module>.py`, which costs four more round trips
+per task (make a directory, copy, chmod, remove) and is what a `become` method
+without pipelining support (`su`) falls back to.
 """
 
 from __future__ import annotations
@@ -12,9 +18,15 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
+# In the command line of a module Ansible copied to the host instead of piping it.
+UNPIPELINED_MODULE = b"/AnsiballZ_"
+
 
 class CommandLineWatch:
-    """Samples /proc/*/cmdline until stopped; remembers command lines containing the secret."""
+    """Samples /proc/*/cmdline until stopped; remembers command lines containing the secret.
+
+    It also remembers command lines of modules run from a copied file (`unpipelined`).
+    """
 
     def __init__(self, secret: str, interval: float = 0.02) -> None:
         self._secret = secret.encode()
@@ -23,6 +35,7 @@ class CommandLineWatch:
         self._thread = threading.Thread(target=self._run, name="cmdline-watch", daemon=True)
         self.samples = 0
         self.leaks: list[str] = []
+        self.unpipelined: list[str] = []
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -34,6 +47,9 @@ class CommandLineWatch:
                 if self._secret in data:
                     shown = data.replace(b"\0", b" ").replace(self._secret, b"<KEY>")
                     self.leaks.append(shown.decode(errors="replace"))
+                if UNPIPELINED_MODULE in data:
+                    shown = data.replace(b"\0", b" ").replace(self._secret, b"<KEY>")
+                    self.unpipelined.append(shown.decode(errors="replace"))
             self.samples += 1
             self._stop.wait(self._interval)
 

@@ -106,7 +106,7 @@ def _all_units() -> list[str]:
 
 def _inventory(path: Path, container: str) -> Path:
     host = {"ansible_connection": "community.docker.docker",
-            "ansible_python_interpreter": "/usr/bin/python3", "ansible_become_method": "su"}
+            "ansible_python_interpreter": "/usr/bin/python3", "ansible_become_method": "sudo"}
     path.write_text(yaml.safe_dump(
         {"all": {"children": {"gpu_hypervisors": {"hosts": {container: host}}}}}))
     return path
