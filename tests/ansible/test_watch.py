@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.ansible.watch import CommandLineWatch
 
@@ -25,3 +26,19 @@ def test_watch_stays_quiet_when_the_secret_only_travels_on_stdin() -> None:
         subprocess.run([sys.executable, "-c", reader], input=secret, text=True, check=True)
     assert watch.samples > 5
     assert watch.leaks == []
+
+
+def test_watch_sees_a_module_run_from_a_copied_file_and_masks_the_secret(tmp_path: Path) -> None:
+    """The pipelining check in test_site.py relies on this: a copied module shows in argv."""
+    secret = "canary-4e5f6a-not-a-key"
+    module = tmp_path / "ansible-tmp-1" / "AnsiballZ_stat.py"
+    module.parent.mkdir()
+    module.write_text("import time; time.sleep(0.5)\n")
+    with CommandLineWatch(secret) as watch:
+        subprocess.run([sys.executable, str(module), secret], check=True)
+        piped = "import sys; exec(sys.stdin.read())"
+        subprocess.run([sys.executable, "-c", piped], input="import time; time.sleep(0.3)",
+                       text=True, check=True)
+    assert watch.unpipelined, "a module run from a copied AnsiballZ file went unnoticed"
+    assert all(str(module) in line and "<KEY>" in line and secret not in line
+               for line in watch.unpipelined)

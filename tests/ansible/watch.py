@@ -45,13 +45,15 @@ class CommandLineWatch:
                 except OSError:  # the process ended between listing and reading
                     continue
                 if self._secret in data:
-                    shown = data.replace(b"\0", b" ").replace(self._secret, b"<KEY>")
-                    self.leaks.append(shown.decode(errors="replace"))
+                    self.leaks.append(self._shown(data))
                 if UNPIPELINED_MODULE in data:
-                    shown = data.replace(b"\0", b" ").replace(self._secret, b"<KEY>")
-                    self.unpipelined.append(shown.decode(errors="replace"))
+                    self.unpipelined.append(self._shown(data))
             self.samples += 1
             self._stop.wait(self._interval)
+
+    def _shown(self, cmdline: bytes) -> str:
+        """A command line as text, arguments space-separated, the secret masked."""
+        return cmdline.replace(b"\0", b" ").replace(self._secret, b"<KEY>").decode(errors="replace")
 
     def __enter__(self) -> CommandLineWatch:
         self._thread.start()
