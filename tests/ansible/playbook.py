@@ -65,29 +65,18 @@ class PlaybookRun:
         return f"rc={self.returncode}\n{self.output[-6000:]}"
 
 
-def write_inventory(path: Path, container: str) -> Path:
-    """An inventory with one host reached through `docker exec` (community.docker)."""
-    inventory = {
-        "all": {
-            "children": {
-                "gpu_hosts": {
-                    "hosts": {
-                        container: {
-                            "ansible_connection": "community.docker.docker",
-                            "ansible_python_interpreter": "/usr/bin/python3",
-                            # docker exec is already root; sudo (no password from root)
-                            # is how tasks become another user (become_user), as the
-                            # ngc and tensorflow_host roles do. sudo, as over SSH in
-                            # production: it lets Ansible pipe each module into
-                            # python3, where su makes it copy the module first
-                            # (twice the time per task; tests/ansible/watch.py).
-                            "ansible_become_method": "sudo",
-                        }
-                    }
-                }
-            }
-        }
+def write_inventory(path: Path, container: str, group: str = "gpu_hosts") -> Path:
+    """An inventory with one host in `group`, reached through `docker exec` (community.docker)."""
+    host = {
+        "ansible_connection": "community.docker.docker",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        # docker exec is already root; sudo (no password from root) is how tasks become
+        # another user (become_user), as the ngc and tensorflow_host roles do. sudo, as
+        # over SSH in production: it lets Ansible pipe each module into python3, where su
+        # makes it copy the module first (twice the time per task; tests/ansible/watch.py).
+        "ansible_become_method": "sudo",
     }
+    inventory = {"all": {"children": {group: {"hosts": {container: host}}}}}
     path.write_text(yaml.safe_dump(inventory, sort_keys=False))
     return path
 

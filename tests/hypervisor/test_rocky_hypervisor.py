@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.ansible.platforms import ROCKY9
+from tests.ansible.playbook import write_inventory
 from tests.ansible.rocky import prepare_rocky, rocky_image
 from tests.ansible.target import TargetHost, start_target
 from tests.fixtures.rpmrepo import build_rpm_repos, serve_directory
@@ -104,14 +104,6 @@ def _all_units() -> list[str]:
             for suffix in (".service", ".socket", "-ro.socket", "-admin.socket")] + LEGACY
 
 
-def _inventory(path: Path, container: str) -> Path:
-    host = {"ansible_connection": "community.docker.docker",
-            "ansible_python_interpreter": "/usr/bin/python3", "ansible_become_method": "sudo"}
-    path.write_text(yaml.safe_dump(
-        {"all": {"children": {"gpu_hypervisors": {"hosts": {container: host}}}}}))
-    return path
-
-
 def _settings(sysfs: str) -> dict[str, Any]:
     return {"gpu_passthrough_sysfs_root": sysfs, "gpu_passthrough_cmdline_file": CMDLINE,
             # A container cannot reboot; the test "reboots" it between runs.
@@ -139,7 +131,8 @@ def rocky_hypervisor(docker_host: str,
             _install_tree(host, after, SYSFS_AFTER)
             host.exec("tee", CMDLINE, stdin=f"BOOT_IMAGE=(hd0,gpt2)/vmlinuz-{KERNEL} "
                                              f"{INSTALLED_OPTIONS}\n")
-            inventory = _inventory(workdir / "inventory.yml", host.name)
+            inventory = write_inventory(workdir / "inventory.yml", host.name,
+                                        group="gpu_hypervisors")
 
             def play(name: str, sysfs: str, *options: str) -> Play:
                 run_dir = workdir / name
