@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,9 @@ from tests.ansible.playbook import (
 )
 from tests.ansible.target import PREEXISTING_DAEMON_JSON
 from tests.ansible.timings import record_timing
+from tests.fixtures.aptrepo import build_repo
+from tests.fixtures.aptrepo.catalog import driver_packages
+from tests.fixtures.aptrepo.signing import generate_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(3600)]
 
@@ -323,9 +327,10 @@ def test_mistyped_variable_fails_before_anything_runs(scenarios: Scenarios) -> N
 # version of everything, which no test above expects.
 
 # UPGRADE_VARS / UPGRADE_TAGS (tests/ansible/lab.py): the newer of each pair in
-# tests/fixtures/aptrepo/catalog.py, for the roles they belong to.
-DRIVER_575 = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-smi",
-              "nvidia-persistenced", "libcuda1", "libnvidia-ml1", "firmware-nvidia-gsp"]
+# tests/fixtures/aptrepo/catalog.py, for the roles they belong to. The driver's packages
+# have the same names on both branches.
+DRIVER_PACKAGES = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-smi",
+                   "nvidia-persistenced", "libcuda1", "libnvidia-ml1", "firmware-nvidia-gsp"]
 CUDNN_9_10 = ["libcudnn9-cuda-12", "libcudnn9-dev-cuda-12", "libcudnn9-headers-cuda-12"]
 TOOLKIT_1_18 = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
                 "libnvidia-container-tools", "libnvidia-container1"]
@@ -349,14 +354,56 @@ def _installed(scenarios: Scenarios) -> dict[str, str]:
             if fields[0][1:] == "i"}
 
 
+POINT_RELEASE = "570.999.01-1"  # a later build of the converged branch (570.148.08-1)
+
+
+def test_a_newer_build_of_the_branch_leaves_the_held_driver_alone(scenarios: Scenarios) -> None:
+    """NVIDIA publishes point releases of a branch, and apt's daily timer reads them.
+
+    A re-run must leave the held driver at the build it has and change nothing. Before
+    the fix the apt module, given nvidia-smi=570.*, asked for the newer 570 build, and
+    apt refused to move the held packages ("E: Unable to correct problems, you have held
+    broken packages"): every re-run failed from the day the repository got a point
+    release. (Moving to a newer build is `nvidia_driver_branch`'s job, or an explicit
+    unhold and upgrade.)
+    """
+    result = scenarios.converge.result()
+    assert result.first.returncode == 0, "converge failed; see test_first_converge_succeeds"
+    host, lab = result.host, scenarios.lab
+    with tempfile.TemporaryDirectory(prefix="point-release-gpg-") as keys:
+        key = generate_key(Path(keys), "point release stub <point@example.invalid>")
+        try:
+            build_repo(lab.repos.root / "point-release", driver_packages(POINT_RELEASE), key,
+                       "NVIDIA", "NVIDIA CUDA")
+            public_key = key.public_armored
+        finally:
+            key.close()
+    keyring, sources = "/etc/apt/keyrings/point-release.asc", "/etc/apt/sources.list.d/point.list"
+    host.exec("tee", keyring, stdin=public_key)
+    host.exec("tee", sources, stdin=f"deb [signed-by={keyring}] {lab.base_url}/point-release/ /\n")
+    try:
+        host.exec("apt-get", "update", "-qq")  # what apt-daily.timer does on a real host
+        policy = host.exec("apt-cache", "policy", "nvidia-smi").stdout
+        assert f"Candidate: {POINT_RELEASE}" in policy, policy  # the newer build is offered
+        run = _rerun(scenarios, "point-release", "--tags", "nvidia_driver")
+    finally:
+        host.exec("rm", "-f", sources, keyring)
+        host.exec("apt-get", "update", "-qq")
+    assert run.returncode == 0, run.explain()
+    assert run.recap["changed"] == 0, run.explain()
+    installed = _installed(scenarios)
+    assert {name: installed.get(name) for name in DRIVER_PACKAGES} == dict.fromkeys(
+        DRIVER_PACKAGES, "570.148.08-1")
+
+
 def test_upgrade_installs_the_new_versions(scenarios: Scenarios,
                                            upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
     """A new branch, CUDA release, cuDNN and toolkit build replace the held old ones."""
     first, _ = upgrade
     assert first.returncode == 0, first.explain()
     installed = _installed(scenarios)
-    assert {name: installed.get(name) for name in DRIVER_575} == dict.fromkeys(
-        DRIVER_575, "575.57.08-1")
+    assert {name: installed.get(name) for name in DRIVER_PACKAGES} == dict.fromkeys(
+        DRIVER_PACKAGES, "575.57.08-1")
     leftovers = {name: version for name, version in installed.items()
                  if version.startswith("570.")}
     assert leftovers == {}, "packages of the old branch are still installed"
@@ -374,7 +421,7 @@ def test_upgrade_holds_the_new_versions(scenarios: Scenarios,
     """What moved is held again, so a plain `apt upgrade` cannot move it on."""
     assert upgrade[0].returncode == 0, upgrade[0].explain()
     held = set(scenarios.converge.result().host.exec("apt-mark", "showhold").stdout.split())
-    wanted = {*DRIVER_575, "cuda-toolkit-12-9", *CUDNN_9_10, *TOOLKIT_1_18}
+    wanted = {*DRIVER_PACKAGES, "cuda-toolkit-12-9", *CUDNN_9_10, *TOOLKIT_1_18}
     assert wanted - held == set()
 
 
