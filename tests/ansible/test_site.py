@@ -304,6 +304,24 @@ def test_vault_without_ngc_key_skips_the_login(scenarios: Scenarios) -> None:
     assert len(scenarios.registry.logins.attempts) == before
 
 
+def test_rerun_restores_files_changed_by_hand(scenarios: Scenarios) -> None:
+    """A re-run sends no task for a file already as the play leaves it (it compares the
+    checksum, owner and mode it reads first); a change made by hand must still be undone:
+    an edited repository key, daemon.json and the NGC login opened to others."""
+    host = scenarios.converge.result().host
+    key, daemon_json = "/etc/apt/keyrings/nvidia-cuda.asc", "/etc/docker/daemon.json"
+    logins = "/root/.docker/config.json"
+    verified_key = host.read(key)
+    host.exec("tee", "-a", key, stdin="# appended by hand\n")
+    host.exec("chmod", "0600", daemon_json)
+    host.exec("chmod", "0644", logins)
+    run = _rerun(scenarios, "hand-edits", "--tags", "nvidia_driver,docker,ngc")
+    assert run.returncode == 0, run.explain()
+    assert host.read(key) == verified_key
+    modes = host.exec("stat", "-c", "%a %U", key, daemon_json, logins).stdout.split("\n")[:3]
+    assert modes == ["644 root", "644 root", "600 root"]
+
+
 def test_misspelt_variable_fails_before_anything_runs(scenarios: Scenarios) -> None:
     run = _rerun(scenarios, "typo", extra={"nvidia_driver_brnach": "575"})
     assert run.returncode != 0

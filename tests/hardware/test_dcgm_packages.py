@@ -17,7 +17,7 @@ from tests.fixtures.aptrepo.catalog import STUBS
 from tests.hardware.machines import H100_HGX
 
 
-def _decide(tmp_path: Path, cuda: str, gpus: bool = True,
+def _decide(tmp_path: Path, cuda: str, gpus: bool = True, installed: bool = True,
             **settings: Any) -> PlaybookRun:
     root = tmp_path / "root"
     (root / "var/lib/nvidia-stub").mkdir(parents=True)
@@ -27,6 +27,8 @@ def _decide(tmp_path: Path, cuda: str, gpus: bool = True,
     smi.write_text(stub.replace("@DRIVER_VERSION@", "580.95.05").replace("@CUDA_VERSION@", cuda)
                    .replace("#!/usr/bin/python3", f"#!{sys.executable}", 1))
     smi.chmod(0o755)
+    if not installed:
+        smi.unlink()
     play = [{"name": "dcgm's decision", "hosts": "localhost", "gather_facts": False,
              "environment": {"PATH": f"{tmp_path}:/usr/bin:/bin", "NVIDIA_STUB_ROOT": str(root)},
              "tasks": [
@@ -34,7 +36,8 @@ def _decide(tmp_path: Path, cuda: str, gpus: bool = True,
                      "name": "dcgm", "tasks_from": "decide"},
                   "vars": {"__dcgm_smi_path": str(smi), **settings}},
                  {"name": "Show the packages", "ansible.builtin.debug": {
-                     "msg": "packages={{ __dcgm_install_packages | join(',') }}"}}]}]
+                     "msg": ("active={{ __dcgm_active }}"
+                             " packages={{ __dcgm_install_packages | join(',') }}")}}]}]
     return run_local_play(tmp_path, play)
 
 
@@ -58,3 +61,10 @@ def test_always_without_a_driver_asks_for_the_major_in_one_line(tmp_path: Path) 
     said = " ".join(run.output.split())
     assert "dcgm_cuda_major is auto, and nvidia-smi on localhost reports no CUDA version" in said
     assert 'Fix: set dcgm_cuda_major: "12"' in said
+
+
+def test_without_nvidia_smi_the_host_gets_no_dcgm(tmp_path: Path) -> None:
+    """Check mode on a fresh host: no driver yet, so no nvidia-smi; decided without a failure."""
+    run = _decide(tmp_path, "13.0", installed=False, dcgm_cuda_major="13")
+    assert run.returncode == 0, run.explain()
+    assert "active=False" in run.output, run.output[-3000:]
