@@ -13,10 +13,23 @@ import signal
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["pytester", "tests.support.docker_engine", "tests.support.background"]
 
 INFRA = Path(__file__).parent / "infra"
+
+# Property-based tests run the same bounded, derandomised examples on every run: a failure
+# in CI is reproduced by running the test again, and the suite's time does not drift.
+settings.register_profile(
+    "suite",
+    derandomize=True,
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
