@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.support import child_stdin
+
 pytest_plugins = ["pytester", "tests.support.docker_engine", "tests.support.background"]
 
 INFRA = Path(__file__).parent / "infra"
@@ -33,16 +35,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Give the suite Ctrl-C back when its caller ignored it.
+    """Give the suite Ctrl-C back when its caller ignored it; give each child its own stdin.
 
     A shell without job control starts background commands with SIGINT ignored
     (POSIX), and an ignored signal stays ignored across fork and exec: then pytest
     cannot be interrupted, and every child the Ctrl-C tests signal (tests/host,
     tests/sweep) ignores the SIGINT they send. Python's own handler in this process
     makes the children start with SIGINT at its default, as in a terminal.
+
+    tests/support/child_stdin.py says why no child shares the suite's stdin.
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    child_stdin.install()
 
 
 def blocking_stdio() -> list[int]:
