@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Submit seed 002's scaling study: 1, 2 and 4 GPUs on one node, then 2 nodes x 4 GPUs.
+# Submit the GPU scaling study: 1, 2 and 4 GPUs on one node, then 2 nodes x 4 GPUs.
 # Each job writes its record to results/; afterwards: workloads report results/
-#   scripts/slurm/seed002-study.sh [--partition gpu] [other sbatch options]
+#   scripts/slurm/scaling-study.sh [--partition gpu] [other sbatch options]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p results
