@@ -8,7 +8,11 @@ The argument decides the report:
   record files, records.jsonl logs, or directories of them (e.g. results/,
   or a scaling study's output)
       plots (epoch time, images/s and speedup vs GPU count; GPU utilisation
-      over time; CPU vs GPU bars) and a Markdown table.
+      over time; CPU vs GPU bars) and a Markdown table;
+  --fleet DIR, a run directory of `ansible-playbook accept.yml` (one <host>.json each)
+      the fleet verdict: hosts grouped by hardware, each check compared with the
+      datasheet (the battery's verdicts) and with the group's median (robust
+      outliers); fleet.html (one file, works offline), fleet.md, fleet.csv, fleet.json.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "inputs",
-        nargs="+",
+        nargs="*",
         type=Path,
         metavar="PATH",
         help="a sweep directory, or record files / logs / directories",
@@ -43,6 +47,12 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="where to write the report (default: PATH/report for a sweep, ./report otherwise)",
     )
+    parser.add_argument(
+        "--fleet",
+        type=Path,
+        metavar="DIR",
+        help="judge a fleet: the run directory accept.yml wrote (results/acceptance/<run>)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -51,6 +61,19 @@ def is_sweep_dir(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.fleet is not None:
+        if args.inputs:
+            raise WorkloadError("--fleet takes one run directory and no other paths",
+                                "run `workloads report --fleet DIR` on its own")
+        from workloads.fleet.command import render_fleet, summary_line
+
+        fleet, written = render_fleet(args.fleet, args.output)
+        print(summary_line(fleet))
+        for path in written:
+            print(path)
+        return 0
+    if not args.inputs:
+        raise WorkloadError("nothing to report", "give a sweep directory, records, or --fleet DIR")
     missing = [p for p in args.inputs if not p.exists()]
     if missing:
         raise WorkloadError(f"{missing[0]} does not exist", "check the path")

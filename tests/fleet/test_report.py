@@ -1,0 +1,104 @@
+"""The fleet report's outputs and its command line, including hostile host names."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.fleet.records import error_stub, record, write
+from workloads.fleet.command import render_fleet
+from workloads.fleet.load import host_from_record
+from workloads.fleet.render_html import render_html
+from workloads.fleet.verdict import judge
+
+
+class _Elements(HTMLParser):
+    """Every element's tag and attributes, and the text outside tags."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append((tag, dict(attrs)))
+
+
+def _elements(page: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = _Elements()
+    parser.feed(page)
+    return parser.elements
+
+
+def test_the_four_outputs_name_the_slow_and_the_broken_host(tmp_path: Path) -> None:
+    run = write(tmp_path / "run", [record(f"h{i}", scale=0.55 if i == 1 else 1.0) for i in range(5)]
+                + [error_stub("h9", "unreachable: ssh timed out")])
+    _, written = render_fleet(run, tmp_path / "out")
+    assert [p.name for p in written] == ["fleet.html", "fleet.md", "fleet.csv", "fleet.json"]
+    summary = json.loads((tmp_path / "out" / "fleet.json").read_text())
+    assert summary["counts"] == {"pass": 4, "warn": 1, "fail": 1}
+    page = (tmp_path / "out" / "fleet.html").read_text()
+    rows = {a["data-host"]: a["data-verdict"] for tag, a in _elements(page)
+            if tag == "tr" and "data-host" in a}
+    assert rows["h1"] == "warn" and rows["h9"] == "fail" and rows["h0"] == "pass"
+    outlying = {a["data-host"] for tag, a in _elements(page)
+                if tag == "circle" and a.get("data-outlier") == "true"}
+    assert outlying == {"h1"}
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+    table = list(csv.DictReader(io.StringIO((tmp_path / "out" / "fleet.csv").read_text())))
+    assert {r["host"] for r in table if r["outlier"] == "True"} == {"h1"}
+    assert "| h9 |" in (tmp_path / "out" / "fleet.md").read_text()
+
+
+@given(name=st.text(min_size=1, max_size=40), reason=st.text(max_size=80))
+def test_family_no_host_name_or_reason_can_add_markup(name: str, reason: str) -> None:
+    """Host names and reasons come from the hosts: whatever they hold stays text."""
+    records = [record("h0", gpus=1), record("h1", gpus=1), record("h2", gpus=1)]
+    records[0]["host"] = name
+    records[0]["checks"][0]["verdict"] = "fail"
+    records[0]["checks"][0]["reason"] = reason
+    fleet = judge([host_from_record(r["host"], r) for r in records] +
+                  [host_from_record(name + "x", error_stub(name + "x", reason))])
+    page = render_html(fleet, "fleet")
+    tags = {tag for tag, _ in _elements(page)}
+    assert tags <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4",
+                    "section", "p", "span", "table", "tr", "th", "td", "ul", "li", "details",
+                    "summary", "svg", "line", "text", "circle"}
+    hosts = {a.get("data-host") for tag, a in _elements(page) if tag == "tr"}
+    assert name in hosts
+
+
+def _workloads(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "workloads", "report", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_bad_fleet_directories_get_one_line_each(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "h0.json").write_text("{not json")
+    for args, words in ((["--fleet", str(tmp_path / "nope")], "is not a directory"),
+                        (["--fleet", str(tmp_path / "empty")], "holds no <host>.json records"),
+                        (["--fleet", str(tmp_path / "junk")], "is not a JSON record"),
+                        (["--fleet", str(tmp_path / "empty"), "x"], "takes one run directory")):
+        result = _workloads(*args)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0] and len(lines[0]) < 200, result.stderr
+
+
+def test_the_command_prints_the_summary_first(tmp_path: Path) -> None:
+    run = write(tmp_path / "run", [record(f"h{i}", gpus=1) for i in range(3)]
+                + [error_stub("h9", "crashed")])
+    result = _workloads("--fleet", str(run))
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first == "fleet: 3 pass, 0 warn, 1 fail; fail: h9"
+    assert (run / "report" / "fleet.html").is_file()

@@ -1,0 +1,162 @@
+"""The fleet report as one HTML file: summary first, then a chart per check, no network needed.
+
+Why SVG written here rather than matplotlib: each point carries its host, device and verdict
+as attributes and a tooltip, so a person hovering a red dot reads the host's name, and a
+test (or a script) reads the page's verdicts from the DOM. Everything is inline (no script,
+font or style sheet fetched), so the page works from `file://` on an air-gapped controller.
+Every string from a record is escaped: host names and reasons come from the hosts.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+
+from workloads.fleet.model import Figure, FleetVerdict, SeriesStats
+from workloads.fleet.outliers import MIN_GROUP
+from workloads.fleet.verdict import small_group_note
+
+WIDTH, HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 760, 220, 70, 150, 16, 28
+COLOURS = {"pass": "#2e7d32", "warn": "#ef6c00", "fail": "#c62828", "skip": "#757575"}
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 980px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; } h3 { font-size: 1em; }
+table { border-collapse: collapse; margin: .5em 0; }
+td, th { padding: .25em .6em; border-bottom: 1px solid #ddd; text-align: left; }
+.badge { display: inline-block; padding: 0 .5em; border-radius: 3px; color: #fff; }
+.verdict-pass { background: #2e7d32; } .verdict-warn { background: #ef6c00; }
+.verdict-fail { background: #c62828; }
+.counts span { margin-right: 1.5em; font-size: 1.2em; }
+ul.reasons { margin: 0; padding-left: 1.2em; }
+svg text { font: 11px system-ui, sans-serif; } .note { color: #555; }
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _badge(verdict: str) -> str:
+    return f'<span class="badge verdict-{_e(verdict)}">{_e(verdict)}</span>'
+
+
+def _summary(fleet: FleetVerdict) -> list[str]:
+    counts = fleet.counts()
+    out = ['<section id="summary"><h2>Summary</h2><p class="counts">',
+           *(f'<span data-count="{v}">{_badge(v)} {counts.get(v, 0)}</span>'
+             for v in ("pass", "warn", "fail")),
+           "</p>"]
+    bad = sorted((v for v in fleet.verdicts if v.verdict != "pass"),
+                 key=lambda v: (v.verdict != "fail", v.host))
+    if bad:
+        out.append("<table><tr><th>host</th><th>hardware</th><th>verdict</th><th>why</th></tr>")
+        for verdict in bad:
+            reasons = "".join(f"<li>{_e(r)}</li>" for r in verdict.reasons)
+            out.append(f'<tr class="host" data-host="{_e(verdict.host)}" '
+                       f'data-verdict="{_e(verdict.verdict)}"><td>{_e(verdict.host)}</td>'
+                       f"<td>{_e(verdict.group)}</td><td>{_badge(verdict.verdict)}</td>"
+                       f'<td><ul class="reasons">{reasons}</ul></td></tr>')
+        out.append("</table>")
+    else:
+        out.append("<p>Every host passes.</p>")
+    good = [v for v in fleet.verdicts if v.verdict == "pass"]
+    if good:
+        out.append(f"<details><summary>{len(good)} host(s) pass</summary><table>")
+        out.extend(f'<tr class="host" data-host="{_e(v.host)}" data-verdict="pass">'
+                   f"<td>{_e(v.host)}</td><td>{_e(v.group)}</td></tr>" for v in good)
+        out.append("</table></details>")
+    sizes: dict[str, int] = defaultdict(int)
+    for host in fleet.hosts:
+        if host.ran:
+            sizes[host.group] += 1
+    out.extend(f'<p class="note">{_e(small_group_note(g, sizes[g]))}</p>'
+               for g in fleet.small_groups)
+    out.append("</section>")
+    return out
+
+
+def _chart(stats: SeriesStats, figures: list[Figure], outlying: set[tuple[str, str | None]]) -> str:
+    """A dot per host (and device), the group median, the outlier bound and the datasheet lines."""
+    figures = sorted(figures, key=lambda f: (f.host, f.device or ""))
+    lines: list[tuple[str, float, str]] = []
+    if stats.median is not None:
+        lines.append(("median", stats.median, "#1565c0"))
+        if stats.low_bound is not None:
+            lines.append(("outlier bound", stats.low_bound, "#ef6c00"))
+    limits = {(f.warn_at, f.fail_at, f.limit) for f in figures}
+    if len(limits) == 1:
+        warn_at, fail_at, limit = next(iter(limits))
+        for name, value, colour in (("datasheet", limit, "#555"), ("warn", warn_at, "#ef6c00"),
+                                    ("fail", fail_at, "#c62828")):
+            if value is not None:
+                lines.append((name, value, colour))
+    values = [f.value for f in figures] + [v for _, v, _ in lines]
+    top, bottom = max(values), min(0.0, min(values))
+    span = (top - bottom) or 1.0
+    plot_w = WIDTH - PAD_LEFT - PAD_RIGHT
+    plot_h = HEIGHT - PAD_TOP - PAD_BOTTOM
+
+    def y(value: float) -> float:
+        return PAD_TOP + plot_h * (1 - (value - bottom) / span)
+
+    parts = [f'<svg class="chart" width="{WIDTH}" height="{HEIGHT}" role="img" '
+             f'data-series="{_e(stats.series)}" data-group="{_e(stats.group)}">',
+             f'<line x1="{PAD_LEFT}" y1="{PAD_TOP}" x2="{PAD_LEFT}" '
+             f'y2="{HEIGHT - PAD_BOTTOM}" stroke="#999"/>',
+             f'<text x="{PAD_LEFT - 6}" y="{y(top) + 4:.1f}" text-anchor="end">{top:.4g}</text>',
+             f'<text x="{PAD_LEFT - 6}" y="{y(bottom) + 4:.1f}" '
+             f'text-anchor="end">{bottom:.4g}</text>']
+    for name, value, colour in lines:
+        dash = "" if name == "median" else ' stroke-dasharray="5,4"'
+        parts.append(f'<line class="ref" data-ref="{_e(name)}" x1="{PAD_LEFT}" y1="{y(value):.1f}" '
+                     f'x2="{WIDTH - PAD_RIGHT}" y2="{y(value):.1f}" stroke="{colour}"{dash}/>'
+                     f'<text x="{WIDTH - PAD_RIGHT + 4}" y="{y(value) + 4:.1f}" fill="{colour}">'
+                     f"{_e(name)} {value:.4g}</text>")
+    step = plot_w / max(len(figures), 1)
+    for index, figure in enumerate(figures):
+        is_out = (figure.host, figure.device) in outlying
+        colour = COLOURS["warn"] if is_out else COLOURS.get(figure.verdict, COLOURS["pass"])
+        cx, cy = PAD_LEFT + step * (index + 0.5), y(figure.value)
+        label = f"{figure.host}{' ' + figure.device if figure.device else ''}"
+        radius = 5 if is_out or figure.verdict != "pass" else 3
+        parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{radius}" fill="{colour}" '
+                     f'data-host="{_e(figure.host)}" data-device="{_e(figure.device or "")}" '
+                     f'data-value="{figure.value:.6g}" data-verdict="{_e(figure.verdict)}" '
+                     f'data-outlier="{"true" if is_out else "false"}">'
+                     f"<title>{_e(label)}: {figure.value:.4g} {_e(figure.unit)}</title></circle>")
+        if is_out or figure.verdict == "fail":
+            parts.append(f'<text x="{cx + 7:.1f}" y="{cy + 4:.1f}" '
+                         f'fill="{colour}">{_e(label)}</text>')
+    unit = figures[0].unit if figures else ""
+    parts.append(f'<text x="{PAD_LEFT}" y="{HEIGHT - 8}">{len(figures)} figures, {_e(unit)}; '
+                 "hosts in name order</text></svg>")
+    return "".join(parts)
+
+
+def render_html(fleet: FleetVerdict, title: str) -> str:
+    """The whole page."""
+    outlying = {(o.figure.host, o.figure.device) for o in fleet.outliers}
+    figures_by: dict[tuple[str, str], list[Figure]] = defaultdict(list)
+    group_of = {h.name: h.group for h in fleet.hosts}
+    for host in fleet.hosts:
+        for figure in host.figures:
+            figures_by[(group_of[figure.host], figure.series)].append(figure)
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>",
+           f"<h1>{_e(title)}</h1>", *_summary(fleet), '<section id="checks"><h2>Checks</h2>',
+           f'<p class="note">Each dot is a host (or one GPU of it). Blue: the group median; '
+           f"orange dashed: the outlier bound (robust z-score 3.5 and 10 % below the median; "
+           f"groups of {MIN_GROUP} hosts or more); grey, orange and red dashed: the datasheet "
+           "limit and the battery's warn and fail thresholds.</p>"]
+    current_group = None
+    for stats in sorted(fleet.stats, key=lambda s: (s.group, s.series)):
+        if stats.group != current_group:
+            current_group = stats.group
+            out.append(f"<h3>{_e(stats.group)}</h3>")
+        figures = figures_by.get((stats.group, stats.series), [])
+        if not figures:
+            continue
+        out.append(f"<h4>{_e(stats.series)}</h4>{_chart(stats, figures, outlying)}")
+    out.append("</section></body></html>")
+    return "\n".join(out)
