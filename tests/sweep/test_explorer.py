@@ -7,19 +7,12 @@ one colour, so the test reads the shown image's pixels to know which run it is.
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.sweep.conftest import fake_spec, read_db, sweep_cli
 from workloads.report.sweep_report import render_sweep_report
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run"]
 PIXEL_JS = """async () => {
   const img = document.getElementById("shown");
   await img.decode();
@@ -30,23 +23,6 @@ PIXEL_JS = """async () => {
   ctx.drawImage(img, 0, 0);
   return Array.from(ctx.getImageData(canvas.width >> 1, canvas.height >> 1, 1, 1).data.slice(0, 3));
 }"""
-
-
-@pytest.fixture
-def page(tmp_path: Path) -> Iterator[Any]:
-    if shutil.which(CHROMIUM) is None:
-        pytest.fail("Debian's chromium is missing: apt-get install -y chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        # launch_persistent_context passes --user-data-dir (a fresh profile) itself
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS
-        )
-        try:
-            yield context.new_page()
-        finally:
-            context.close()
 
 
 def test_sliders_select_the_run_and_its_image_is_shown(
