@@ -78,6 +78,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     blocking_stdio()
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `measures` run at the very end, after the `run_last` VM modules.
+
+    Why: they compare figures measured on this machine (the fleet test's throttled host
+    against its healthy siblings). While the suite's TCG guests run beside them, a healthy
+    stand-in can measure at half its speed; after them the machine runs nothing else.
+    """
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("measures") is not None)
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     hosts = config.getoption("hosts", default=None)
     if not hosts and INFRA in (collection_path, *collection_path.parents):
