@@ -1,4 +1,4 @@
-"""Acceptance records for fleet tests: the shape `workloads accept --json` writes, made up."""
+"""Acceptance records for fleet tests: the shape `workloads accept` writes, with made-up figures."""
 
 from __future__ import annotations
 
@@ -6,31 +6,36 @@ import json
 from pathlib import Path
 from typing import Any
 
-CHECKS = (("matmul bfloat16", "TFLOP/s", 990.0), ("memory bandwidth", "GB/s", 3350.0),
-          ("host-device transfer", "GB/s", 64.0))
+# (check, item, unit, healthy figure, datasheet limit)
+PER_GPU = (("matmul", "bfloat16", "TFLOP/s", 700.0, 989.0),
+           ("membw", "copy", "GB/s", 2900.0, 3350.0),
+           ("transfer", "host to device", "GB/s", 52.0, 64.0))
+
+
+def finding(check: str, device: str, item: str, value: float | None, *, unit: str = "",
+            limit: float | None = None, verdict: str = "pass", reason: str = "",
+            limit_source: str | None = None) -> dict[str, Any]:
+    return {"check": check, "device": device, "item": item, "verdict": verdict, "reason": reason,
+            "value": value, "unit": unit, "limit": limit, "limit_source": limit_source,
+            "details": {}, "fraction": value / limit if value is not None and limit else None}
 
 
 def record(host: str, *, gpus: int = 8, scale: float = 1.0,
            gpu_scale: dict[int, float] | None = None, model: str = "NVIDIA H100 80GB HBM3",
-           verdicts: dict[str, str] | None = None,
-           allreduce: float = 370.0) -> dict[str, Any]:
+           verdicts: dict[str, str] | None = None, allreduce: float = 370.0) -> dict[str, Any]:
     """A host's record: per-GPU figures at `scale` of healthy values, and an all-reduce."""
     gpu_scale = gpu_scale or {}
     verdicts = verdicts or {}
-    checks: list[dict[str, Any]] = []
-    for index in range(gpus):
-        for name, unit, limit in CHECKS:
-            value = 0.8 * limit * scale * gpu_scale.get(index, 1.0)
-            checks.append({"check": name, "device": f"GPU {index}", "value": value, "unit": unit,
-                           "limit": limit, "fraction": value / limit,
-                           "warn_at": 0.7 * limit, "fail_at": 0.5 * limit,
-                           "verdict": verdicts.get(f"{name}/{index}", "pass"), "reason": ""})
-    checks.append({"check": "all-reduce busbw", "device": None, "value": allreduce * scale,
-                   "unit": "GB/s", "limit": 450.0, "verdict": verdicts.get("all-reduce", "pass"),
-                   "reason": ""})
-    return {"workload": "accept", "status": "ok", "host": host,
-            "hardware": {"group": f"{gpus}× {model}"},
-            "env": {"hostname": host, "gpus": [{"name": model}] * gpus}, "checks": checks}
+    findings = [finding(check, f"GPU {index}", item, healthy * scale * gpu_scale.get(index, 1.0),
+                        unit=unit, limit=limit, verdict=verdicts.get(f"{check}/{index}", "pass"))
+                for index in range(gpus) for check, item, unit, healthy, limit in PER_GPU]
+    findings.append(finding("allreduce", f"GPUs 0-{gpus - 1}", "1 GiB busbw", allreduce * scale,
+                            unit="GB/s", limit=450.0, limit_source="NVLink 4",
+                            verdict=verdicts.get("allreduce", "pass")))
+    return {"schema": 1, "workload": "accept", "status": "done", "mode": "full",
+            "env": {"host": host, "cpu": "AMD EPYC 9654", "cpu_count": 192,
+                    "gpus": [model] * gpus},
+            "findings": findings, "verdict": "pass"}
 
 
 def error_stub(host: str, reason: str) -> dict[str, Any]:
@@ -40,5 +45,6 @@ def error_stub(host: str, reason: str) -> dict[str, Any]:
 def write(directory: Path, records: list[dict[str, Any]]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for rec in records:
-        (directory / f"{rec['host']}.json").write_text(json.dumps(rec))
+        name = rec.get("host") or rec["env"]["host"]
+        (directory / f"{name}.json").write_text(json.dumps(rec))
     return directory

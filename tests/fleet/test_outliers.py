@@ -36,7 +36,9 @@ def test_one_slow_gpu_among_its_siblings_is_named() -> None:
              for i in range(4)]
     _, outliers, _ = group_statistics(hosts)
     assert {(o.figure.host, o.figure.device) for o in outliers} == {("h2", "GPU 5")}
-    assert "GPU 5" in outliers[0].reason() and "below the group median" in outliers[0].reason()
+    assert len(outliers) == 3  # matmul, membw and transfer of that GPU
+    assert {o.reason().split(" ")[1] for o in outliers} == {"5"}
+    assert all("GPU 5" in o.reason() and "below the group median" in o.reason() for o in outliers)
 
 
 def test_a_group_of_two_gets_no_statistics() -> None:

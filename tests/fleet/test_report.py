@@ -61,10 +61,10 @@ def test_the_four_outputs_name_the_slow_and_the_broken_host(tmp_path: Path) -> N
 def test_family_no_host_name_or_reason_can_add_markup(name: str, reason: str) -> None:
     """Host names and reasons come from the hosts: whatever they hold stays text."""
     records = [record("h0", gpus=1), record("h1", gpus=1), record("h2", gpus=1)]
-    records[0]["host"] = name
-    records[0]["checks"][0]["verdict"] = "fail"
-    records[0]["checks"][0]["reason"] = reason
-    fleet = judge([host_from_record(r["host"], r) for r in records] +
+    records[0]["findings"][0]["verdict"] = "fail"
+    records[0]["findings"][0]["reason"] = reason
+    fleet = judge([host_from_record(name, records[0])]
+                  + [host_from_record(r["env"]["host"], r) for r in records[1:]] +
                   [host_from_record(name + "x", error_stub(name + "x", reason))])
     page = render_html(fleet, "fleet")
     tags = {tag for tag, _ in _elements(page)}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from tests.fleet.records import error_stub, record
+from tests.fleet.records import error_stub, finding, record
 from workloads.fleet.load import host_from_record
 from workloads.fleet.verdict import judge
 
 
 def _judge(records: list[dict]) -> dict[str, tuple[str, list[str]]]:
-    fleet = judge([host_from_record(r["host"], r) for r in records])
+    fleet = judge([host_from_record(r.get("host") or r["env"]["host"], r) for r in records])
     return {v.host: (v.verdict, v.reasons) for v in fleet.verdicts}
 
 
@@ -21,10 +21,10 @@ def test_a_host_whose_battery_did_not_run_fails_with_its_reason_and_the_rest_are
 
 
 def test_a_check_failed_against_the_datasheet_fails_the_host_even_in_a_small_group() -> None:
-    verdicts = _judge([record("h0", verdicts={"memory bandwidth/3": "fail"}), record("h1")])
+    verdicts = _judge([record("h0", verdicts={"membw/3": "fail"}), record("h1")])
     verdict, reasons = verdicts["h0"]
     assert verdict == "fail"
-    assert any("GPU 3 memory bandwidth" in r for r in reasons)
+    assert any("GPU 3 membw copy" in r for r in reasons)
     assert verdicts["h1"][0] == "pass"
 
 
@@ -32,15 +32,15 @@ def test_an_outlier_warns_with_the_check_the_device_and_the_gap() -> None:
     verdicts = _judge([record(f"h{i}", allreduce=220.0 if i == 4 else 370.0) for i in range(6)])
     verdict, reasons = verdicts["h4"]
     assert verdict == "warn"
-    assert reasons == ["warn: outlier in its group: all-reduce busbw 220 GB/s is 41% below "
+    assert reasons == ["warn: outlier in its group: allreduce 1 GiB busbw 220 GB/s is 41% below "
                        "the group median 370"]
     assert all(verdicts[f"h{i}"] == ("pass", []) for i in range(6) if i != 4)
 
 
 def test_findings_without_a_figure_count() -> None:
     rec = record("h0")
-    rec["checks"].append({"check": "throttle reasons", "device": "GPU 2", "value": None,
-                          "verdict": "warn", "reason": "HW slowdown (power brake) active"})
+    rec["findings"].append(finding("nvml", "GPU 2", "throttle reasons", None, verdict="warn",
+                                   reason="HW slowdown (power brake) active"))
     verdict, reasons = _judge([rec])["h0"]
     assert verdict == "warn"
-    assert reasons == ["warn: GPU 2 throttle reasons: HW slowdown (power brake) active"]
+    assert reasons == ["warn: GPU 2 nvml throttle reasons: HW slowdown (power brake) active"]

@@ -9,6 +9,7 @@ with its reason and never just missing from the report.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,47 +20,66 @@ MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 def hardware_group(record: dict[str, Any]) -> str:
-    """The hardware a host is compared within: the battery's key, else GPU or CPU model × count."""
-    hardware = record.get("hardware") or {}
-    if isinstance(hardware, dict) and hardware.get("group"):
-        return str(hardware["group"])
+    """The hardware a host is compared within: GPU model × count (and its fabric), else the CPU.
+
+    The fabric is the all-reduce's limit as the battery named it (NVLink or PCIe): eight
+    H100s on NVSwitch and eight on PCIe are different machines for every host-wide check.
+    """
     env = record.get("env") or {}
-    gpus = env.get("gpus") or []
+    gpus = [str(g.get("name", "GPU")) if isinstance(g, dict) else str(g)
+            for g in env.get("gpus") or []]
     if gpus:
-        names = sorted({str(g.get("name", "GPU")) for g in gpus if isinstance(g, dict)})
-        return f"{len(gpus)}× {' + '.join(names)}"
-    cpu = env.get("cpu") or env.get("cpu_model") or "CPU"
-    count = env.get("cpu_count") or env.get("logical_cpus")
+        names = " + ".join(sorted(set(gpus)))
+        fabric = next((str(f.get("limit_source")) for f in _rows(record)
+                       if f.get("check") == "allreduce" and f.get("limit_source")), None)
+        return f"{len(gpus)}× {names}" + (f", {fabric}" if fabric else "")
+    cpu = env.get("cpu") or "CPU"
+    count = env.get("cpu_count")
     return f"{cpu} ×{count}" if count else str(cpu)
+
+
+def _rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = record.get("findings")
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def _device(row: dict[str, Any]) -> str | None:
+    """A single GPU ("GPU 3") is compared with every GPU of the group; anything else per host."""
+    device = str(row.get("device") or "")
+    return device if re.fullmatch(r"GPU \d+", device) else None
+
+
+def _series(row: dict[str, Any]) -> str:
+    item = str(row.get("item") or "")
+    return f"{row.get('check', '?')} {item}".strip()
 
 
 def _figures(host: str, record: dict[str, Any]) -> list[Figure]:
     figures = []
-    for row in record.get("checks") or []:
-        value = row.get("value")
-        if not isinstance(value, int | float) or isinstance(value, bool):
+    for row in _rows(record):
+        value = _number(row.get("value"))
+        if value is None:
             continue
-        device = row.get("device")
+        raw = row.get("details")
+        details: dict[str, Any] = raw if isinstance(raw, dict) else {}
         figures.append(Figure(
-            host=host, check=str(row.get("check", "?")),
-            device=None if device in (None, "", "host") else str(device),
-            value=float(value), unit=str(row.get("unit", "")),
-            verdict=str(row.get("verdict", "pass")), reason=str(row.get("reason", "")),
-            limit=_number(row.get("limit")), warn_at=_number(row.get("warn_at")),
-            fail_at=_number(row.get("fail_at")),
-            higher_is_better=bool(row.get("higher_is_better", True))))
+            host=host, check=_series(row), device=_device(row), value=value,
+            unit=str(row.get("unit", "")), verdict=str(row.get("verdict", "pass")),
+            reason=str(row.get("reason", "")), limit=_number(row.get("limit")),
+            warn_at=_number(details.get("warn_at")), fail_at=_number(details.get("fail_at")),
+            higher_is_better=bool(details.get("higher_is_better", True))))
     return figures
 
 
 def _findings(record: dict[str, Any]) -> list[tuple[str, str]]:
-    """Verdicts of checks without a figure (throttling, ECC, DCGM): they count, unplotted."""
+    """Verdicts of rows without a figure (throttling, ECC, DCGM): they count, unplotted."""
     out = []
-    for row in record.get("checks") or []:
-        value = row.get("value")
+    for row in _rows(record):
         verdict = str(row.get("verdict", "pass"))
-        if verdict in ("warn", "fail") and not isinstance(value, int | float):
-            where = f"{row['device']} " if row.get("device") not in (None, "", "host") else ""
-            out.append((verdict, f"{where}{row.get('check', '?')}: {row.get('reason', '')}"))
+        if verdict in ("warn", "fail") and _number(row.get("value")) is None:
+            device = str(row.get("device") or "")
+            where = f"{device} " if device and device != "host" else ""
+            out.append((verdict, f"{where}{_series(row)}: {row.get('reason', '')}"))
     return out
 
 
@@ -69,8 +89,8 @@ def _number(value: Any) -> float | None:
 
 def host_from_record(name: str, record: dict[str, Any]) -> Host:
     """One host from its record (or from the play's error stub)."""
-    if record.get("status") == "error" or "checks" not in record:
-        reason = record.get("error") or "its record holds no checks"
+    if record.get("status") == "error" or not isinstance(record.get("findings"), list):
+        reason = record.get("error") or "its record holds no findings"
         return Host(name=name, group=hardware_group(record), error=str(reason))
     return Host(name=name, group=hardware_group(record), figures=_figures(name, record),
                 findings=_findings(record))
