@@ -24,7 +24,7 @@ from workloads.cli import Parser, positive_int
 from workloads.records import ensure_writable, new_record, write_record
 
 # Other workloads contribute `bench` subcommands through a register_bench(subparsers) hook.
-BENCH_HOOKS = ("workloads.style.bench",)
+BENCH_HOOKS = ("workloads.style.bench", "workloads.fleet.bench")
 
 
 def register(sub: Any) -> None:

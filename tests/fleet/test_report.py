@@ -102,3 +102,19 @@ def test_the_command_prints_the_summary_first(tmp_path: Path) -> None:
     first = result.stdout.splitlines()[0]
     assert first == "fleet: 3 pass, 0 warn, 1 fail; fail: h9"
     assert (run / "report" / "fleet.html").is_file()
+
+
+def test_the_scale_bench_prints_and_records_its_figures(tmp_path: Path) -> None:
+    """`workloads bench fleet` (the 1,000-host sizing) end to end on a small fleet."""
+    out = tmp_path / "bench.json"
+    result = subprocess.run([sys.executable, "-m", "workloads", "bench", "fleet", "--hosts", "60",
+                             "--gpus", "2", "--output", str(out)],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "fleet of 60 hosts × 2 GPUs" in result.stdout
+    figures = json.loads(out.read_text())
+    assert figures["hosts"] == 60 and figures["record_bytes"] > 0
+    assert figures["verdicts"]["warn"] == 2  # hosts 7 and 57: one of every 50 has a slow GPU
+    bad = subprocess.run([sys.executable, "-m", "workloads", "bench", "fleet", "--hosts", "0"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
