@@ -37,6 +37,7 @@ else:
 @pytest.fixture()
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("WORKLOADS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     for name in ("CC", netbind.SHIM_ENV, netbind.MODE_ENV):
         monkeypatch.delenv(name, raising=False)
     return tmp_path / "cache"
@@ -60,7 +61,9 @@ def _bind(library: Path, family: str, host: str, port: int, address: str,
 
 def test_library_is_built_once_and_cached_by_source_hash(cache: Path) -> None:
     first = netbind.shim_library()
-    assert first.parent == cache / "netbind" and first.name.startswith("libbindaddr-")
+    assert first.parent == cache / f"netbind-{os.geteuid()}"
+    assert first.name.startswith("libbindaddr-")
+    assert first.parent.stat().st_mode & 0o777 == 0o700
     stamp = first.stat().st_mtime_ns
     assert netbind.shim_library() == first and first.stat().st_mtime_ns == stamp
 
@@ -102,7 +105,7 @@ def test_bad_settings_are_one_line_errors(cache: Path, monkeypatch: pytest.Monke
     with pytest.raises(WorkloadError) as error:
         netbind.keep_workers_on_node("localhost", 20000, 20015)
     assert message in error.value.one_line() and "\n" not in error.value.one_line()
-    assert not list(cache.glob("netbind/*.so")), "nothing half-built is left"
+    assert not list(cache.glob("netbind-*/*")), "nothing half-built is left"
 
 
 def test_an_unresolvable_node_is_a_one_line_error(cache: Path,
@@ -120,7 +123,7 @@ def test_any_keeps_tensorflows_own_behaviour(cache: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv(netbind.MODE_ENV, "any")
     binding = netbind.keep_workers_on_node("gpu-node07", 20000, 20015)  # not even resolved
     assert binding.as_record() == {"mode": "any", "address": None, "ports": None}
-    assert not (cache / "netbind").exists()
+    assert not list(cache.glob("netbind*"))
 
 
 def test_a_bad_bind_mode_stops_a_slurm_run_in_one_line(tmp_path: Path) -> None:

@@ -8,10 +8,12 @@ the job's user. ``bindaddr.c`` (beside this file), preloaded into the worker,
 turns the wildcard bind on the job's port range into a bind to the address the
 other workers use for this node (what its SLURM node name resolves to).
 
-The library is taken from ``$WORKLOADS_BIND_SHIM`` if set (run-workloads.sh
-builds it on the host and mounts it into Apptainer containers), else built once
-with the C compiler into ``$WORKLOADS_CACHE/netbind/``. Preloading needs a new
-process image, so the worker re-executes itself once, before TensorFlow loads.
+The library is built with the C compiler into a directory only this user can
+write and checked before every use (``library.py``), or taken from
+``$WORKLOADS_BIND_SHIM`` (run-workloads.sh builds it on the host and mounts it
+into Apptainer containers). Preloading needs a new process image, so the worker
+re-executes itself once, before TensorFlow loads, and then checks that the
+library is mapped.
 
 ``WORKLOADS_WORKER_BIND=any`` keeps TensorFlow's own behaviour (every interface)
 for networks that are trusted end to end; the record says which was used.
@@ -19,22 +21,20 @@ for networks that are trusted end to end; the record says which was used.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from workloads.errors import WorkloadError
+from workloads.netbind.library import MODE_ENV, SHIM_ENV, is_mapped, shim_library
 
-SOURCE = Path(__file__).with_name("bindaddr.c")
-SHIM_ENV = "WORKLOADS_BIND_SHIM"
-MODE_ENV = "WORKLOADS_WORKER_BIND"
+__all__ = ["ADDRESS_ENV", "MODE_ENV", "PORTS_ENV", "REEXEC_ENV", "SHIM_ENV", "Binding",
+           "keep_workers_on_node", "node_address", "shim_library"]
+
 ADDRESS_ENV = "WORKLOADS_BIND_ADDRESS"
 PORTS_ENV = "WORKLOADS_BIND_PORTS"
+REEXEC_ENV = "WORKLOADS_BIND_REEXEC"  # the pid that re-executed itself with the library
 
 
 @dataclass(frozen=True)
@@ -63,53 +63,13 @@ def node_address(node: str) -> str:
     return (v4 or addresses)[0]
 
 
-def _cache_dir() -> Path:
-    base = Path(os.environ.get("WORKLOADS_CACHE", Path.home() / ".cache" / "workloads"))
-    return base / "netbind"
-
-
-def shim_library() -> Path:
-    """The preload library: $WORKLOADS_BIND_SHIM, or built from bindaddr.c (cached by hash)."""
-    given = os.environ.get(SHIM_ENV)
-    if given:
-        if not Path(given).is_file():
-            raise WorkloadError(f"{SHIM_ENV}={given} is not a file",
-                                "point it at libbindaddr.so or unset it to build one here")
-        return Path(given)
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    built = _cache_dir() / f"libbindaddr-{digest}.so"
-    if built.is_file():
-        return built
-    wanted = os.environ.get("CC")
-    compiler = shutil.which(wanted) if wanted else shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise WorkloadError(
-            "no C compiler to build the library that keeps TensorFlow's unauthenticated "
-            "workers on the node's address",
-            f"install gcc, set {SHIM_ENV} to a built libbindaddr.so, or set {MODE_ENV}=any "
-            "on a network that is trusted end to end",
-        )
-    built.parent.mkdir(parents=True, exist_ok=True)
-    partial = built.with_name(f".{built.name}.{os.getpid()}")
-    result = subprocess.run(
-        [compiler, "-O2", "-shared", "-fPIC", "-o", str(partial), str(SOURCE)],
-        capture_output=True, text=True, check=False,
-    )
-    if result.returncode != 0:
-        partial.unlink(missing_ok=True)
-        first = (result.stderr.strip().splitlines() or ["no output"])[0]
-        raise WorkloadError(f"building the worker bind library failed ({first})",
-                            f"fix the compiler ({compiler}) or set {MODE_ENV}=any")
-    partial.replace(built)  # atomic: tasks on one node may build it at the same moment
-    return built
-
-
 def keep_workers_on_node(node: str, port_low: int, port_high: int) -> Binding:
     """Make this process's TensorFlow worker listen on `node`'s address only.
 
-    Returns at once when this process already runs with the library preloaded
-    for that address; otherwise re-executes the same command with it (this call
-    does not return then). ``WORKLOADS_WORKER_BIND=any`` skips all of it.
+    Returns at once
+    when this process already runs with the verified library preloaded for that
+    address; otherwise re-executes the same command with it (this call does not
+    return then). ``WORKLOADS_WORKER_BIND=any`` skips all of it.
     """
     mode = os.environ.get(MODE_ENV, "node")
     if mode == "any":
@@ -121,10 +81,17 @@ def keep_workers_on_node(node: str, port_low: int, port_high: int) -> Binding:
     ports = f"{port_low}-{port_high}"
     library = shim_library()
     preloaded = os.environ.get("LD_PRELOAD", "").split()
-    if (str(library) in preloaded and os.environ.get(ADDRESS_ENV) == address
-            and os.environ.get(PORTS_ENV) == ports):
+    if os.environ.get(REEXEC_ENV) == str(os.getpid()):
+        # This is the re-executed image: the loader must have mapped what was verified.
+        if not (str(library) in preloaded and os.environ.get(ADDRESS_ENV) == address
+                and os.environ.get(PORTS_ENV) == ports and is_mapped(library)):
+            raise WorkloadError(
+                f"the worker bind library {library} is not loaded in the restarted worker",
+                f"check that it loads (LD_PRELOAD={library} /bin/true), or set {MODE_ENV}=any "
+                "on a network that is trusted end to end",
+            )
         return Binding("node", address, ports)
-    env = {**os.environ, ADDRESS_ENV: address, PORTS_ENV: ports,
+    env = {**os.environ, ADDRESS_ENV: address, PORTS_ENV: ports, REEXEC_ENV: str(os.getpid()),
            "LD_PRELOAD": " ".join([str(library), *preloaded])}
     sys.stdout.flush()
     sys.stderr.flush()
