@@ -58,6 +58,7 @@ environment:
   WORKLOADS_RESULTS  default directory for records; default ./results
   WORKLOADS_WORKER_BIND  SLURM multi-worker runs: node (default) keeps each TensorFlow
                      worker on its node's address; any listens on every interface
+  WORKLOADS_WORKER_ADDRESS  that node address (default: the route to the job's other nodes)
   WORKLOADS_BIND_SHIM    a built libbindaddr.so for that (default: built with cc into a
                      private directory under WORKLOADS_CACHE or ~/.cache/workloads)
 """

@@ -38,7 +38,7 @@ else:
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("WORKLOADS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    for name in ("CC", netbind.SHIM_ENV, netbind.MODE_ENV):
+    for name in ("CC", netbind.SHIM_ENV, netbind.MODE_ENV, netbind.ADDRESS_OVERRIDE_ENV):
         monkeypatch.delenv(name, raising=False)
     return tmp_path / "cache"
 
@@ -146,3 +146,4 @@ def test_the_help_names_the_bind_settings() -> None:
     done = subprocess.run([sys.executable, "-m", "workloads", "--help"], capture_output=True,
                           text=True, timeout=120, check=True)
     assert netbind.MODE_ENV in done.stdout and netbind.SHIM_ENV in done.stdout
+    assert netbind.ADDRESS_OVERRIDE_ENV in done.stdout

@@ -11,10 +11,14 @@ Security: the cluster spec names only the job's nodes and ports, but TensorFlow'
 gRPC server is unauthenticated and binds every interface (``[::]:port``) whatever
 the spec says; TensorFlow offers no bind address to set. So each task re-executes
 itself once, before TensorFlow loads, with workloads/netbind's preload library,
-which moves that bind onto the address the node's SLURM name resolves to
-(``bind_to_node``). The workers stay unauthenticated: jobs still belong on a
-trusted cluster network with the port range (20000-39999) firewalled to the
-cluster (scripts/slurm/README.md; tests/slurm/test_worker_addresses.py).
+which moves that bind onto the address the job's other nodes reach this node at
+(``bind_to_node``; workloads/netbind/address.py: the route towards them, never
+loopback across nodes). That address also replaces this node's name in the spec
+this task uses, so the tasks of the same node connect to it even where the
+node's name means loopback here (Debian's ``127.0.1.1 <hostname>``). The workers
+stay unauthenticated: jobs still belong on a trusted cluster network with the
+port range (20000-39999) firewalled to the cluster (scripts/slurm/README.md;
+tests/slurm/test_worker_addresses.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workloads import netbind
+from workloads.cifar10 import hostlist
 from workloads.errors import WorkloadError
 
 DEFAULT_PORT_BASE = 20000
@@ -72,6 +77,24 @@ def port_base() -> int:
     return DEFAULT_PORT_BASE + (job * PORTS_PER_JOB) % 20000
 
 
+def this_node() -> str:
+    """The name slurmd gave this task's node (``SLURMD_NODENAME``), as the spec names it."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def step_nodes() -> list[str]:
+    """The job step's nodes, from the host list TensorFlow's resolver reads too."""
+    for variable in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"):
+        text = os.environ.get(variable, "")
+        if text:
+            try:
+                return hostlist.expand(text)
+            except hostlist.HostlistError as exc:
+                raise WorkloadError(f"{variable}={text} is not a SLURM host list ({exc})",
+                                    "launch the workers with srun, which sets it") from None
+    return []
+
+
 @functools.cache
 def bind_to_node() -> netbind.Binding:
     """Keep this task's TensorFlow worker on its node's address (re-executes once; see netbind).
@@ -79,11 +102,31 @@ def bind_to_node() -> netbind.Binding:
     Called before Keras or TensorFlow is imported (workloads cifar10 does it first);
     later calls return the same answer. The node is the one slurmd named for
     this task (``SLURMD_NODENAME``), the name the cluster spec gives the other
-    workers for it; the ports are the job's whole range.
+    workers for it; its peers are the step's other nodes; the ports are the job's
+    whole range.
     """
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    node = this_node()
+    peers = sorted({name for name in step_nodes() if name != node})
     base = port_base()
-    return netbind.keep_workers_on_node(node, base, base + PORTS_PER_JOB - 1)
+    return netbind.keep_workers_on_node(node, base, base + PORTS_PER_JOB - 1, peers)
+
+
+def _host_port(address: str, port: str) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def with_own_address(workers: list[str], node: str, address: str) -> list[str]:
+    """`workers` (``host:port``) with `node`'s entries at `address`, where its workers listen.
+
+    The other nodes' entries keep their names, resolved here as before; only this
+    node's own name may mean loopback here (``127.0.1.1 <hostname>``), where none
+    of its workers listens.
+    """
+    moved = []
+    for worker in workers:
+        host, port = worker.rsplit(":", 1)
+        moved.append(_host_port(address, port) if host == node else worker)
+    return moved
 
 
 def gpus_per_node() -> int:
@@ -96,7 +139,7 @@ def gpus_per_node() -> int:
     return len(nvml_gpus()[1])
 
 
-def resolve(tf: Any) -> tuple[Any, SlurmTask]:
+def resolve(tf: Any, binding: netbind.Binding | None = None) -> tuple[Any, SlurmTask]:
     """Build the resolver (setting CUDA_VISIBLE_DEVICES per task) before devices exist.
 
     ``SlurmClusterResolver`` gives the cluster spec, this task's id and the GPU split,
@@ -104,6 +147,8 @@ def resolve(tf: Any) -> tuple[Any, SlurmTask]:
     then over-reports accelerators. So it is asked for the spec with a nominal GPU
     slot per task and no GPU assignment when the node has none, and the strategy gets
     a ``SimpleClusterResolver`` with the same spec and the real accelerator count.
+    With a `binding` to one address, this node's workers are named by that address
+    (``with_own_address``).
     """
     cluster = tf.distribute.cluster_resolver
     gpus = gpus_per_node()
@@ -120,6 +165,11 @@ def resolve(tf: Any) -> tuple[Any, SlurmTask]:
         ) from exc
     task_id = int(slurm.task_id)
     per_task = len(os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")) if gpus else 0
+    workers = list(spec.as_dict()["worker"])
+    nodes = sorted({address.rsplit(":", 1)[0] for address in workers})
+    if binding is not None and binding.address:
+        workers = with_own_address(workers, this_node(), binding.address)
+        spec = tf.train.ClusterSpec({"worker": workers})
     resolver = cluster.SimpleClusterResolver(
         spec,
         task_type="worker",
@@ -127,7 +177,6 @@ def resolve(tf: Any) -> tuple[Any, SlurmTask]:
         rpc_layer="grpc",
         num_accelerators={"GPU": per_task},
     )
-    nodes = sorted({address.rsplit(":", 1)[0] for address in spec.as_dict()["worker"]})
     task = SlurmTask(
         task_id=task_id, workers=spec.num_tasks("worker"), nodes=nodes, gpus_per_node=gpus
     )

@@ -146,7 +146,7 @@ def _place_slurm(tf: Any, config: TrainConfig, binding: netbind.Binding) -> Plac
             "--gpus/--cpu-replicas do not apply to SLURM multi-worker runs",
             "ask SLURM for the GPUs (--gres=gpu:N, --ntasks-per-node) and drop these options",
         )
-    resolver, task = multiworker.resolve(tf)
+    resolver, task = multiworker.resolve(tf, binding)
     task = dataclasses.replace(task, binding=binding)
     gpus = setup_tensorflow(tf)
     require_supported(gpus)

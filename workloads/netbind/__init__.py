@@ -6,7 +6,8 @@ hard-codes the wildcard. On a node with a public or shared interface beside the
 cluster network, anyone who reaches the port can run TensorFlow operations as
 the job's user. ``bindaddr.c`` (beside this file), preloaded into the worker,
 turns the wildcard bind on the job's port range into a bind to the address the
-other workers use for this node (what its SLURM node name resolves to).
+other workers reach this node at (``address.py``: the route towards the job's
+other nodes, never loopback for a job across nodes).
 
 The library is built with the C compiler into a directory only this user can
 write and checked before every use (``library.py``), or taken from
@@ -22,15 +23,17 @@ for networks that are trusted end to end; the record says which was used.
 from __future__ import annotations
 
 import os
-import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workloads.errors import WorkloadError
+from workloads.netbind.address import ADDRESS_OVERRIDE_ENV, node_address, worker_address
 from workloads.netbind.library import MODE_ENV, SHIM_ENV, is_mapped, shim_library
 
-__all__ = ["ADDRESS_ENV", "MODE_ENV", "PORTS_ENV", "REEXEC_ENV", "SHIM_ENV", "Binding",
-           "keep_workers_on_node", "node_address", "shim_library"]
+__all__ = ["ADDRESS_ENV", "ADDRESS_OVERRIDE_ENV", "MODE_ENV", "PORTS_ENV", "REEXEC_ENV",
+           "SHIM_ENV", "Binding", "keep_workers_on_node", "node_address", "shim_library",
+           "worker_address"]
 
 ADDRESS_ENV = "WORKLOADS_BIND_ADDRESS"
 PORTS_ENV = "WORKLOADS_BIND_PORTS"
@@ -49,24 +52,11 @@ class Binding:
         return {"mode": self.mode, "address": self.address, "ports": self.ports}
 
 
-def node_address(node: str) -> str:
-    """The address the other workers reach `node` at: its first IPv4, else its first IPv6."""
-    try:
-        infos = socket.getaddrinfo(node, None, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise WorkloadError(
-            f"the SLURM node name {node!r} does not resolve ({exc.strerror})",
-            "make the node names resolvable on every node (DNS or /etc/hosts)",
-        ) from exc
-    addresses = [str(info[4][0]) for info in infos]
-    v4 = [address for address in addresses if ":" not in address]
-    return (v4 or addresses)[0]
-
-
-def keep_workers_on_node(node: str, port_low: int, port_high: int) -> Binding:
+def keep_workers_on_node(node: str, port_low: int, port_high: int,
+                         peers: Sequence[str] = ()) -> Binding:
     """Make this process's TensorFlow worker listen on `node`'s address only.
 
-    Returns at once
+    `peers` are the job's other nodes (none: a job on one node). Returns at once
     when this process already runs with the verified library preloaded for that
     address; otherwise re-executes the same command with it (this call does not
     return then). ``WORKLOADS_WORKER_BIND=any`` skips all of it.
@@ -77,7 +67,7 @@ def keep_workers_on_node(node: str, port_low: int, port_high: int) -> Binding:
     if mode != "node":
         raise WorkloadError(f"{MODE_ENV}={mode} is not 'node' or 'any'",
                             f"unset {MODE_ENV} (node) or set it to any")
-    address = node_address(node)
+    address = worker_address(node, peers)
     ports = f"{port_low}-{port_high}"
     library = shim_library()
     preloaded = os.environ.get("LD_PRELOAD", "").split()
