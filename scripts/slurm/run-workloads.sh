@@ -45,7 +45,7 @@ shim_verified() {
 build_bind_shim() {
   local source=$repo/workloads/netbind/bindaddr.c dir problem hash out tmp
   dir=${XDG_CACHE_HOME:-$HOME/.cache}/tfhost/netbind-$(id -u)
-  mkdir -p "$(dirname "$dir")" && { mkdir -m 700 "$dir" 2>/dev/null || true; }
+  (umask 022 && mkdir -p "$(dirname "$dir")") && { mkdir -m 700 "$dir" 2>/dev/null || true; }
   problem=$(untrusted_path "$dir")
   [[ -n $problem || $(stat -c '%u %a' "$dir") == "$(id -u) 700" ]] ||
     problem="$dir is not private to you (mode $(stat -c '%a' "$dir"), not 700)"
@@ -63,7 +63,7 @@ build_bind_shim() {
       return 2
     fi
     chmod 755 "$tmp" && sync "$tmp"
-    sha256sum <"$tmp" | cut -d' ' -f1 >"$tmp.sha256"
+    sha256sum <"$tmp" | cut -d' ' -f1 >"$tmp.sha256" && chmod 644 "$tmp.sha256"
     mv -f "$tmp.sha256" "$out.sha256" && mv -f "$tmp" "$out"
   fi
   echo "$out"

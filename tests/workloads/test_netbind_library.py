@@ -83,6 +83,7 @@ def _make_directory(where: Path, kind: str, owner: int, mode: int, parent_owner:
                     parent_mode: int) -> Path:
     parent = where / "cache"
     parent.mkdir(parents=True)
+    where.chmod(0o755)  # whatever the umask: only `parent` and below vary
     directory = parent / f"netbind-{ME}"
     if kind == "directory":
         directory.mkdir()

@@ -222,6 +222,7 @@ def _layout(tmp_path: Path, planted_library: Path) -> Layout:
     lay = Layout(tmp_path, planted_library.read_bytes())
     lay.home.mkdir(mode=0o700)
     lay.plant(lay.cache / "netbind", lay.planted_digest, mode=0o777)  # the old shared path
+    lay.cache.chmod(0o755)  # whatever the umask; the cases change what they test
     return lay
 
 

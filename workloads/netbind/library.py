@@ -200,10 +200,16 @@ def build(directory: Path, library: Path) -> Path:
 def _ensure_private_directory(directory: Path) -> str | None:
     """Create `directory` (0700) if missing; why it cannot be used, or None."""
     try:
-        directory.parent.mkdir(parents=True, exist_ok=True)
+        for parent in reversed([directory.parent, *directory.parent.parents]):
+            if not parent.exists():
+                os.mkdir(parent, 0o755)  # not 0777 & ~umask, as mkdir -p would make them
         try:
             os.mkdir(directory, 0o700)
-            os.chmod(directory, 0o700, follow_symlinks=False)  # whatever the umask
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                os.fchmod(fd, 0o700)  # whatever the umask
+            finally:
+                os.close(fd)
         except FileExistsError:
             pass
         return private_directory_problem(directory)
