@@ -136,8 +136,8 @@ def test_the_mounted_bind_library_is_a_verified_private_build(case: str, tmp_pat
         pytest.skip("planting a file of another user needs root")
     cache = tmp_path / "xdg"
     _plant(cache / "tfhost", 0o777)  # the old shared, predictable path
-    for directory in (cache, cache / "tfhost"):
-        directory.chmod(0o755)  # whatever the umask; the cases change what they test
+    for made in (cache, cache / "tfhost"):
+        made.chmod(0o755)  # whatever the umask; the cases change what they test
     plant(cache)
     stand_in = tmp_path / "bin" / "apptainer"
     stand_in.parent.mkdir()
