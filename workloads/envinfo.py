@@ -76,6 +76,11 @@ def nvml_gpus() -> tuple[str | None, list[dict[str, Any]]]:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            try:  # the PCI device ID keys the reference table (workloads accept, MFU peaks)
+                pci = pynvml.nvmlDeviceGetPciInfo(handle)
+                pci_device_id: int | None = int(pci.pciDeviceId) >> 16
+            except Exception:
+                pci_device_id = None
             gpus.append(
                 {
                     "index": index,
@@ -83,6 +88,7 @@ def nvml_gpus() -> tuple[str | None, list[dict[str, Any]]]:
                     "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
                     "compute_capability": f"{major}.{minor}",
                     "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+                    "pci_device_id": pci_device_id,
                 }
             )
         return driver, gpus

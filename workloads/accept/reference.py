@@ -1,0 +1,159 @@
+"""The reference table (``reference.yaml``): datasheet limits per GPU model, and the thresholds.
+
+Kept as data so a new GPU, a corrected figure or a different threshold is one
+line to review, each with the document it came from. This module only loads and
+looks up; what a figure means for a verdict is :mod:`workloads.accept.verdicts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+MATMUL_DTYPES = ("float32", "tensorfloat32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One published number and the document it was taken from."""
+
+    value: float
+    source: str  # a key of Reference.documents
+
+    def cite(self, documents: dict[str, dict[str, str]]) -> str:
+        doc = documents.get(self.source, {})
+        return f"{doc.get('title', self.source)} ({doc.get('date', 'undated')})"
+
+
+@dataclass(frozen=True)
+class NvLinkSpec:
+    """The NVLink a model has on its board (``optional``: a bridge that may be absent)."""
+
+    version: int
+    links: int
+    optional: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """Datasheet limits of one GPU model (matched by PCI device ID)."""
+
+    model: str
+    pci_device_ids: tuple[int, ...]
+    compute_capability: str
+    matmul_tflops: dict[str, Figure]
+    memory_gbps: Figure
+    nvlink: NvLinkSpec | None = None
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """``warn`` below ``warn_below`` × limit, ``fail`` below ``fail_below`` × limit."""
+
+    warn_below: float
+    fail_below: float
+    basis: str
+
+
+@dataclass(frozen=True)
+class Reference:
+    documents: dict[str, dict[str, str]]
+    gpus: tuple[GpuModel, ...]
+    thresholds: dict[str, Threshold]
+    pcie_lane_gbps: dict[int, float]
+    pcie_source: str
+    nvlink_link_gbps: dict[int, float]
+    nvlink_source: str
+    busy_share: float = 0.10
+    by_device_id: dict[int, GpuModel] = field(default_factory=dict)
+
+    def model_for(self, pci_device_id: int | None) -> GpuModel | None:
+        """The model whose PCI device ID this is, or None (an unknown GPU)."""
+        if pci_device_id is None:
+            return None
+        return self.by_device_id.get(pci_device_id)
+
+    def pcie_gbps(self, generation: int | None, width: int | None) -> float | None:
+        """Per-direction bandwidth of a link of ``generation`` × ``width`` lanes, in GB/s."""
+        if not generation or not width or generation not in self.pcie_lane_gbps:
+            return None
+        return self.pcie_lane_gbps[generation] * width
+
+    def cite(self, source: str) -> str:
+        return Figure(0.0, source).cite(self.documents)
+
+
+def _figure(raw: Any, where: str) -> Figure:
+    if not isinstance(raw, dict) or "value" not in raw or "source" not in raw:
+        raise ValueError(f"{where}: a figure needs a value and a source, got {raw!r}")
+    return Figure(float(raw["value"]), str(raw["source"]))
+
+
+def parse(data: dict[str, Any]) -> Reference:
+    """Build a :class:`Reference` from the YAML document, checking every figure has a source."""
+    documents = {
+        str(k): {str(a): str(b) for a, b in v.items()} for k, v in data["documents"].items()
+    }
+    gpus = []
+    for raw in data["gpus"]:
+        name = raw["model"]
+        nvlink = raw.get("nvlink")
+        gpus.append(
+            GpuModel(
+                model=name,
+                pci_device_ids=tuple(int(i) for i in raw["pci_device_ids"]),
+                compute_capability=str(raw["compute_capability"]),
+                matmul_tflops={
+                    dtype: _figure(fig, f"{name} matmul {dtype}")
+                    for dtype, fig in raw["matmul_tflops"].items()
+                },
+                memory_gbps=_figure(raw["memory_gbps"], f"{name} memory"),
+                nvlink=None
+                if nvlink is None
+                else NvLinkSpec(
+                    int(nvlink["version"]),
+                    int(nvlink["links"]),
+                    bool(nvlink.get("optional", False)),
+                    str(nvlink["source"]),
+                ),
+            )
+        )
+    thresholds = {
+        name: Threshold(
+            float(t["warn_below"]), float(t["fail_below"]), " ".join(t["basis"].split())
+        )
+        for name, t in data["thresholds"].items()
+        if "warn_below" in t
+    }
+    reference = Reference(
+        documents=documents,
+        gpus=tuple(gpus),
+        thresholds=thresholds,
+        pcie_lane_gbps={
+            int(k): float(v) for k, v in data["pcie_lane_gbps"]["per_generation"].items()
+        },
+        pcie_source=str(data["pcie_lane_gbps"]["source"]),
+        nvlink_link_gbps={
+            int(k): float(v) for k, v in data["nvlink_link_gbps"]["per_version"].items()
+        },
+        nvlink_source=str(data["nvlink_link_gbps"]["source"]),
+        busy_share=float(data["thresholds"]["busy_share"]["warn_above"]),
+    )
+    for gpu in gpus:
+        for device_id in gpu.pci_device_ids:
+            if device_id in reference.by_device_id:
+                raise ValueError(f"PCI device ID {device_id:#06x} appears twice")
+            reference.by_device_id[device_id] = gpu
+    return reference
+
+
+@cache
+def load() -> Reference:
+    """The packaged table (``workloads/accept/reference.yaml``)."""
+    text = resources.files("workloads.accept").joinpath("reference.yaml").read_text()
+    return parse(yaml.safe_load(text))
