@@ -242,7 +242,7 @@ def plain_fit(config: Any) -> dict[str, Any]:
 
     try:
         flops, method = roofline.flops_per_example(model, model.loss)
-        peak = roofline.peak_flops((_gpu_names() or [cpu_model()])[0], "float32")["flops"]
+        peak = roofline.mfu_peak((_gpu_names() or [cpu_model()])[0], "float32")["value"]
     except Exception as exc:  # the throughput figure stands without it
         result["roofline_error"] = f"{type(exc).__name__}: {exc}"[:300]
         return result

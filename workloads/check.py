@@ -9,8 +9,9 @@ small matmul on every device, comparing it with NumPy. ``--require-gpu`` turns
 It also prints each device's measured matmul peak (FLOP/s) in float32 and in
 the mixed-precision dtype (float16 on GPUs, bfloat16 on CPUs): the roofline the
 ``cifar10`` and ``style`` records divide by for their MFU. Measured once per
-device and dtype and cached in ``$WORKLOADS_CACHE/peak-flops.json``;
-``--refresh-peak`` measures again (e.g. after the first one ran on a busy host).
+device and dtype and cached in ``$WORKLOADS_CACHE/peak-flops.json``. A peak
+measured while other processes used the CPU (or the GPU) is provisional: shown as
+such, and measured again on the next run; ``--refresh-peak`` measures again now.
 """
 
 from __future__ import annotations
@@ -69,9 +70,15 @@ def measure_peaks(tf: Any, device: str, name: str, mixed: str, refresh: bool) ->
     from workloads.roofline import peak_flops
 
     peaks: dict[str, Any] = {"device": device}
+    busy: dict[str, str] = {}
     with tf.device(device):
         for dtype in ("float32", mixed):
-            peaks[dtype] = peak_flops(name, dtype, refresh=refresh)["flops"]
+            entry = peak_flops(name, dtype, refresh=refresh)
+            peaks[dtype] = entry["flops"]
+            if entry.get("provisional"):
+                busy[dtype] = entry.get("busy_reason") or "the host was busy"
+    if busy:  # measured again next time; an MFU divided by it is an upper bound
+        peaks["provisional"] = busy
     return peaks
 
 
@@ -120,6 +127,13 @@ def run(args: argparse.Namespace) -> int:
     _print(report, args.json)
     if not gpus:
         print("no GPU visible: the matmul ran on the CPU", file=sys.stderr)
+    for peaks in report["peak_flops"]:
+        for dtype, why in peaks.get("provisional", {}).items():
+            print(
+                f"note: the {dtype} peak of {peaks['device']} is provisional ({why} while it "
+                "was measured); it is measured again on the next run",
+                file=sys.stderr,
+            )
     if not report["ok"]:
         bad = ", ".join(m["device"] for m in report["matmul"] if not m["ok"])
         raise WorkloadError(
@@ -179,6 +193,9 @@ def _matmul_text(m: dict[str, Any] | None) -> str:
 def _peak_text(peaks: dict[str, Any] | None) -> str:
     if not peaks:
         return "-"
+    busy = peaks.get("provisional", {})
     return ", ".join(
-        f"{dtype} {value / 1e9:,.0f} GFLOP/s" for dtype, value in peaks.items() if dtype != "device"
+        f"{dtype} {value / 1e9:,.0f} GFLOP/s" + (" (provisional)" if dtype in busy else "")
+        for dtype, value in peaks.items()
+        if dtype not in ("device", "provisional")
     )

@@ -16,10 +16,19 @@ counts no element-wise activations, XLA counts them but leaves out the products
 with the zero padding of ``same`` convolutions (the CNN: 107 M TensorFlow, 105 M
 torch and by hand, 88 M XLA per example).
 
-``peak_flops`` is measured, never looked up: a square matmul microbenchmark in
-the run's compute dtype, the best of a few rounds, once per device, backend and
-dtype, cached in ``$WORKLOADS_CACHE/peak-flops.json`` (or ``$WORKLOADS_PEAK_CACHE``).
-``mfu`` (model FLOPs utilisation) is achieved FLOP/s divided by that peak.
+The measured peak: a square matmul microbenchmark in the run's compute dtype,
+the best of a few rounds, once per device, backend and dtype, cached in
+``$WORKLOADS_CACHE/peak-flops.json`` (or ``$WORKLOADS_PEAK_CACHE``). Each
+measurement is bracketed by load readings (:mod:`workloads.busy`): one taken while
+other processes used the CPU or the GPU is kept only as *provisional* and measured
+again next time, so a busy moment never becomes the denominator for good.
+
+``mfu`` (model FLOPs utilisation) is achieved FLOP/s divided by a peak. Which peak
+(:func:`mfu_peak`): for a GPU in the reference table (``workloads/accept/reference.yaml``)
+the datasheet's dense peak of the math the run uses, as the field defines MFU, with
+the measured peak beside it; elsewhere (CPUs, unknown GPUs) the measured one. Every
+record says which (``peak.source``: ``datasheet``, ``measured`` or ``provisional``)
+and when it was measured.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workloads import busy
 from workloads.records import atomic_write_bytes
 
 PEAK_MATRIX = 2048
@@ -239,14 +249,31 @@ def matmul_rate(
     return best
 
 
-def peak_flops(device: str, dtype: str, *, refresh: bool = False) -> dict[str, Any]:
-    """The cached peak for ``device`` and ``dtype``; measured now if absent (or ``refresh``).
+# The probe that brackets each measurement; tests replace it with recorded readings.
+load_probe: Callable[[], busy.Probe] = busy.Probe
 
-    A re-measurement replaces the cached figure only when it is higher: a peak
-    measured while other work shared the device is too low, never too high, so
-    the best one seen is the closest to the device's real peak.
+
+def better_peak(previous: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """Which of two measurements of one peak to keep.
+
+    An idle measurement beats a provisional one whatever the figures (the busy one
+    is low for a reason that says nothing about the device); between two of the
+    same kind the higher wins (a shared device measures low, never high).
+    """
+    if previous is None or "flops" not in previous:
+        return new
+    old_busy, new_busy = bool(previous.get("provisional")), bool(new.get("provisional"))
+    if old_busy != new_busy:
+        return previous if new_busy else new
+    return previous if float(previous["flops"]) >= float(new["flops"]) else new
+
+
+def peak_flops(device: str, dtype: str, *, refresh: bool = False) -> dict[str, Any]:
+    """The cached peak for ``device`` and ``dtype``; measured if absent, provisional or ``refresh``.
+
     ``device`` is the name the record gives the device; the cache key adds the
-    Keras backend, whose matmul kernel is what a run of that backend gets.
+    Keras backend, whose matmul kernel is what a run of that backend gets. The
+    entry says whether it is ``provisional`` (measured while busy, and why).
     """
     import keras
 
@@ -258,14 +285,16 @@ def peak_flops(device: str, dtype: str, *, refresh: bool = False) -> dict[str, A
             cache = {}
     except (OSError, ValueError):
         cache = {}
-    if not refresh and isinstance(cache.get(key), dict) and "flops" in cache[key]:
-        return dict(cache[key], cached=True)
+    previous = cache.get(key) if isinstance(cache.get(key), dict) else None
+    if not refresh and previous and "flops" in previous and not previous.get("provisional"):
+        return dict(previous, cached=True)
     from workloads.records import utc_now
 
+    probe = load_probe()
+    token = probe.start()
     measured = matmul_rate(dtype)
-    previous = cache.get(key) if isinstance(cache.get(key), dict) else None
-    if previous and float(previous.get("flops", 0)) >= measured:
-        return dict(previous, cached=True)  # a peak only rises: keep the best measurement
+    reading = probe.stop(token)
+    reason = busy.busy_reason(reading)
     entry = {
         "flops": measured,
         "dtype": dtype,
@@ -273,12 +302,71 @@ def peak_flops(device: str, dtype: str, *, refresh: bool = False) -> dict[str, A
         "backend": keras.backend.backend(),
         "matrix": PEAK_MATRIX,
         "measured_at": utc_now(),
-        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "load_average": reading.load_average,
+        "load": reading.as_dict(),
+        "provisional": reason is not None,
+        "busy_reason": reason,
     }
+    kept = better_peak(previous, entry)
+    if kept is not entry:
+        return dict(kept, cached=True)
     cache[key] = entry
     with contextlib.suppress(OSError):  # a read-only cache costs a re-measurement next time
         atomic_write_bytes(path, (json.dumps(cache, indent=2) + "\n").encode())
     return dict(entry, cached=False)
+
+
+def effective_dtype(dtype: str) -> str:
+    """The math a ``dtype`` matmul runs in: float32 is TF32 where the backend turns it on.
+
+    TensorFlow (``enable_tensor_float_32_execution``, on by default) and JAX (its
+    default matmul precision) compute float32 matmuls and convolutions in TF32 on
+    GPUs that have it; the MFU of such a run is against the TF32 peak.
+    """
+    if dtype != "float32":
+        return dtype
+    import sys
+
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and tf.config.experimental.tensor_float_32_execution_enabled():
+        return "tensorfloat32"
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.config.jax_default_matmul_precision in (None, "default"):
+        return "tensorfloat32"
+    return "float32"
+
+
+def mfu_peak(device: str, dtype: str) -> dict[str, Any]:
+    """The denominator of a record's MFU, with what it is and when it was measured.
+
+    ``{"source": "datasheet"|"measured"|"provisional", "value", "dtype", "measured_at",
+    "document", "measured": {...}}``: the datasheet's dense peak for a GPU in the
+    reference table (TF32's when float32 runs as TF32), else the measured peak;
+    the measured one is always beside it.
+    """
+    from workloads.accept.identify import datasheet_matmul
+
+    measured = peak_flops(device, dtype)
+    beside = {
+        "value": measured["flops"],
+        "dtype": dtype,
+        "measured_at": measured.get("measured_at"),
+        "provisional": bool(measured.get("provisional")),
+        "busy_reason": measured.get("busy_reason"),
+    }
+    sheet = datasheet_matmul(device, dtype, effective_dtype(dtype))
+    if sheet is not None:
+        value, math, document = sheet
+        return {"source": "datasheet", "value": value, "dtype": math, "document": document,
+                "measured_at": beside["measured_at"], "measured": beside}
+    return {
+        "source": "provisional" if beside["provisional"] else "measured",
+        "value": beside["value"],
+        "dtype": dtype,
+        "document": None,
+        "measured_at": beside["measured_at"],
+        "measured": beside,
+    }
 
 
 def compute_dtype(policy: str) -> str:
@@ -287,7 +375,13 @@ def compute_dtype(policy: str) -> str:
 
 
 def peak_note(mfu_value: float | None, peak: dict[str, Any] | float | None = None) -> str | None:
-    """A warning for an MFU above 100 %: the cached peak was measured on a busy device."""
+    """A warning for an MFU against a provisional peak, or above 100 % (a peak measured busy)."""
+    if isinstance(peak, dict) and peak.get("source") == "provisional":
+        why = peak.get("measured", {}).get("busy_reason") or "the host was busy"
+        return (
+            f"MFU against a provisional matmul peak ({why} while it was measured): read it "
+            "as an upper bound; the peak is measured again on the next run"
+        )
     if mfu_value is None or mfu_value <= 1.0:
         return None
     load = peak.get("load_average") if isinstance(peak, dict) else None

@@ -65,6 +65,9 @@ def test_the_issue_command_writes_a_complete_record(
     # training example by hand: 2x conv1, 3x conv2 and the dense layers), a measured peak.
     assert record["flops_per_example"] == pytest.approx(1.07e8, rel=0.05)
     assert record["peak_flops"] > 0 and record["peak_dtype"] == "float32"
+    # Which peak the MFU divides by, and when it was measured: a CPU has no datasheet.
+    assert record["peak"]["source"] in ("measured", "provisional")
+    assert record["peak"]["value"] == record["peak_flops"] and record["peak"]["measured_at"]
     assert record["mfu"] == pytest.approx(
         record["examples_per_sec"] * record["flops_per_example"] / record["peak_flops"]
     )

@@ -451,9 +451,12 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
 def roofline_fields(
     model: Any, placement: Placement, policy: str, examples_per_sec: float
 ) -> dict[str, Any]:
-    """``flops_per_example``, ``peak_flops`` and ``mfu`` for the record (see workloads.roofline).
+    """``flops_per_example``, ``peak_flops``, ``peak`` and ``mfu`` (see workloads.roofline).
 
-    The peak is that of one device times the devices that compute in parallel:
+    ``peak`` says which peak the MFU divides by (``source``: the datasheet for a GPU in
+    the reference table, else the measured one, ``provisional`` when it was measured
+    on a busy host) and when it was measured. ``peak_flops`` is that of one device
+    times the devices that compute in parallel:
     every GPU replica, but one CPU however many logical replicas it is split into
     (one per SLURM worker). A counter that fails leaves the fields empty and says
     why in ``roofline_error``; it never fails the run it describes.
@@ -469,7 +472,7 @@ def roofline_fields(
         with _scope(placement.strategy):
             flops, method = roofline.flops_per_example(model, loss)
         fields.update(flops_per_example=flops, flops_method=method)
-        peak = roofline.peak_flops(placement.device_names[0], dtype)
+        peak = roofline.mfu_peak(placement.device_names[0], dtype)
     except Exception as exc:  # a missing figure must not lose the record
         fields["roofline_error"] = f"{type(exc).__name__}: {exc}"[:300]
         return fields
@@ -480,10 +483,11 @@ def roofline_fields(
     else:
         parallel = 1
     fields.update(
-        peak_flops=peak["flops"] * parallel,
-        peak_flops_per_device=peak["flops"],
-        peak_dtype=dtype,
+        peak_flops=peak["value"] * parallel,
+        peak_flops_per_device=peak["value"],
+        peak_dtype=peak["dtype"],
         peak_measured_at=peak["measured_at"],
+        peak=peak,
     )
     fields["mfu"] = roofline.mfu(examples_per_sec, flops, fields["peak_flops"])
     note = roofline.peak_note(fields["mfu"], peak)

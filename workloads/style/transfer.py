@@ -254,7 +254,8 @@ def roofline_fields(
     """``flops_per_iteration``, the device's matmul ``peak_flops`` in ``precision``, and ``mfu``.
 
     The peak is that of the convolutions' compute dtype, so a bfloat16 run is measured
-    against the bfloat16 peak, not flattered by the float32 one.
+    against the bfloat16 peak, not flattered by the float32 one; ``peak`` says whether
+    it is the datasheet's or a measured one, and when it was measured.
     """
     from workloads import roofline
     from workloads.envinfo import cpu_model
@@ -265,12 +266,12 @@ def roofline_fields(
         return fields
     name = cpu_model() if device == "CPU" else device.split("(", 1)[-1].rstrip(")")
     try:
-        peak = roofline.peak_flops(name, precision)
+        peak = roofline.mfu_peak(name, precision)
     except Exception as exc:  # a missing figure must not cost the run
         fields["roofline_error"] = f"{type(exc).__name__}: {exc}"[:300]
         return fields
-    mfu = roofline.mfu(rate or 0.0, fields["flops_per_iteration"], peak["flops"])
-    fields.update(peak_flops=peak["flops"], mfu=mfu)
+    mfu = roofline.mfu(rate or 0.0, fields["flops_per_iteration"], peak["value"])
+    fields.update(peak_flops=peak["value"], peak=peak, mfu=mfu)
     note = roofline.peak_note(mfu, peak)
     if note:
         fields["roofline_note"] = note
