@@ -21,6 +21,7 @@ from workloads.errors import OutOfMemory, WorkloadError, is_out_of_memory
 # Subcommand name -> module defining register(subparsers). Order is --help order.
 COMMANDS: dict[str, str] = {
     "check": "workloads.check",
+    "accept": "workloads.accept.command",
     "cifar10": "workloads.cifar10.command",
     "style": "workloads.style.command",
     "sweep": "workloads.sweep.command",

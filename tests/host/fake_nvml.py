@@ -1,11 +1,14 @@
-"""An NVML module that replays readings: what the GPU monitor is tested with without a GPU.
+"""An NVML module that replays readings: what the GPU monitor and ``workloads accept`` test with.
 
 It has the names and call signatures of ``pynvml`` (nvidia-ml-py) that the
-monitor uses (a test checks they exist there), returns the readings of
-``data/nvml_readings.json`` in NVML's units and types, and raises
-``NVMLError_NotSupported`` for a reading recorded as null. Each query on each
-GPU steps through the readings on its own, so the order of queries in a sample
-does not matter; after the last reading the last one repeats.
+monitor and the acceptance battery use (a test checks they exist there), returns
+the readings of ``data/nvml_readings.json`` (or another file of that shape) in
+NVML's units and types, and raises ``NVMLError_NotSupported`` for a reading
+recorded as null or not recorded at all. Each query on each GPU steps through
+the readings on its own, so the order of queries in a sample does not matter;
+after the last reading the last one repeats. Per-GPU facts that do not change
+(PCI device ID, link maxima, ECC and remapped-row counters, NVLink versions,
+compute processes) are keys of the GPU itself.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ READINGS = Path(__file__).parent / "data" / "nvml_readings.json"
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_NVLINK_MAX_LINKS = 18
 
 
 class NVMLError(Exception):
@@ -37,6 +45,11 @@ class FakeNvml:
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     NVML_CLOCK_SM = NVML_CLOCK_SM
     NVML_CLOCK_MEM = NVML_CLOCK_MEM
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = NVML_MEMORY_ERROR_TYPE_CORRECTED
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
+    NVML_AGGREGATE_ECC = NVML_AGGREGATE_ECC
+    NVML_NVLINK_MAX_LINKS = NVML_NVLINK_MAX_LINKS
     NVMLError = NVMLError
 
     def __init__(self, path: Path = READINGS) -> None:
@@ -51,7 +64,19 @@ class FakeNvml:
         return readings[min(n, len(readings) - 1)]
 
     def _value(self, query: str, handle: int, key: str) -> Any:
-        value = self._reading(query, handle)[key]
+        value = self._reading(query, handle).get(key)
+        if value is None:
+            raise NVMLError_NotSupported("Not Supported")
+        return value
+
+    def _fact(self, handle: int, *path: str | int) -> Any:
+        """A per-GPU fact (``gpus[i][path...]``); absent or null reads as NotSupported."""
+        value: Any = self.gpus[handle]
+        for key in path:
+            try:
+                value = value[key]
+            except (KeyError, IndexError, TypeError):
+                raise NVMLError_NotSupported("Not Supported") from None
         if value is None:
             raise NVMLError_NotSupported("Not Supported")
         return value
@@ -90,6 +115,67 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:
         key = {NVML_CLOCK_SM: "sm_clock", NVML_CLOCK_MEM: "mem_clock"}[clock]
         return int(self._value(f"clock{clock}", handle, key))
+
+
+    # --- what `workloads accept` reads besides the monitor's columns ----------------------
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return str(self._fact(handle, "uuid"))
+
+    def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
+        device_id = int(str(self._fact(handle, "pci_device_id")), 16)
+        bus = f"0000:{handle:02x}:00.0"
+        return SimpleNamespace(pciDeviceId=(device_id << 16) | 0x10DE, busId=bus)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: int) -> int:
+        return int(self._fact(handle, "pcie", "max_generation"))
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, handle: int) -> int:
+        return int(self._fact(handle, "pcie", "gpu_max_generation"))
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: int) -> int:
+        return int(self._fact(handle, "pcie", "max_width"))
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: int) -> int:
+        return int(self._value("pcie_gen", handle, "pcie_gen"))
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: int) -> int:
+        return int(self._value("pcie_width", handle, "pcie_width"))
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: int, clock: int) -> int:
+        key = {NVML_CLOCK_SM: "sm", NVML_CLOCK_MEM: "mem"}[clock]
+        return int(self._fact(handle, "max_clocks", key))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
+        return int(self._value("reasons", handle, "reasons"))
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
+        return int(self._fact(handle, "power_limit_mw"))
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter: int) -> int:
+        kind = "uncorrected" if error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
+        span = "volatile" if counter == NVML_VOLATILE_ECC else "aggregate"
+        return int(self._fact(handle, "ecc", f"{kind}_{span}"))
+
+    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
+        corrected, uncorrected, pending, failed = self._fact(handle, "remapped_rows")
+        return int(corrected), int(uncorrected), int(pending), int(failed)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int:
+        return int(self._fact(handle, "retired_pages_pending"))
+
+    def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
+        return 1 if self._fact(handle, "nvlink", link) else 0
+
+    def nvmlDeviceGetNvLinkVersion(self, handle: int, link: int) -> int:
+        version = int(self._fact(handle, "nvlink", link))
+        if not version:
+            raise NVMLError_NotSupported("link down")
+        return version
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        return [SimpleNamespace(pid=pid, usedGpuMemory=None)
+                for pid in self.gpus[handle].get("processes", [])]
 
 
 API = [name for name in vars(FakeNvml) if name.startswith(("nvml", "NVML"))]

@@ -1,0 +1,140 @@
+"""``workloads accept``: does this host perform as its hardware should, check by check?
+
+A fixed battery, each check measured and compared with the device's own limit
+(the datasheet for GPUs in workloads/accept/reference.yaml, the PCIe link the GPU
+can train to, its NVLinks), each with a verdict and a reason:
+
+  matmul     matmul peak per device: float32, TF32 where it exists, bfloat16, float16
+  membw      device-memory bandwidth (a large on-device copy)
+  transfer   host-to-device and device-to-host copies per GPU, against the PCIe link
+  allreduce  sum all-reduce over all local devices, 1 MiB to 1 GiB, algbw and busbw
+             as nccl-tests defines them, against NVLink or PCIe
+  training   ResNet50V2 at 128 px, mixed precision (the tutorial CNN on a CPU), MFU
+  nvml       per GPU under the battery's load: PCIe link, SM clock, throttle reasons,
+             power and temperature, ECC and remapped rows, NVLinks
+  dcgm       DCGM's `dcgmi diag -r LEVEL` verdict, where DCGM is installed
+
+Verdicts: pass, warn, fail against a limit; info for a figure without one (a CPU, a
+GPU not in the table); skip for a check that does not apply. Exit 0 when nothing
+fails, 1 when a check fails, 2 on bad input. On a host without a GPU the same
+command runs the CPU battery (float32 and bfloat16 matmul, memory, all-reduce over
+logical CPU devices, the CNN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+from workloads.errors import WorkloadError
+
+EPILOG = """\
+examples:
+  workloads accept                         the whole battery (under 3 minutes on 8 GPUs)
+  workloads accept --quick                 every check, smaller sizes (CI, a first look)
+  workloads accept --only matmul membw     just these checks
+  workloads accept --level 2 --json        DCGM's medium diagnostic, the record on stdout
+"""
+
+
+def register(sub: Any) -> None:
+    from workloads.accept.battery import CHECKS
+
+    parser = sub.add_parser(
+        "accept",
+        help="does this host perform as its hardware should? verdicts against datasheet limits",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="every check with smaller sizes (the same code; for CI)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="CHECK",
+        default=None,
+        help=f"run only these checks: {', '.join(CHECKS)}",
+    )
+    parser.add_argument(
+        "--level",
+        type=int,
+        choices=(1, 2, 3, 4),
+        default=1,
+        help="DCGM diagnostic level for `dcgmi diag -r` (default: 1, seconds)",
+    )
+    parser.add_argument(
+        "--output", metavar="PATH", help="record path (default: results/accept-HOST-TIME.json)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the record as JSON instead of the table"
+    )
+    parser.set_defaults(func=run)
+
+
+def selected_checks(only: list[str] | None) -> list[str]:
+    """The checks to run, in battery order; an unknown name is bad input, with a suggestion."""
+    from workloads.accept.battery import CHECKS
+
+    if not only:
+        return list(CHECKS)
+    names = [n.strip().lower() for item in only for n in item.split(",") if n.strip()]
+    if not names:
+        raise WorkloadError("--only names no check", f"choose from {', '.join(CHECKS)}")
+    for name in names:
+        if name not in CHECKS:
+            close = difflib.get_close_matches(name, CHECKS, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise WorkloadError(
+                f"unknown check '{name[:40]}'", f"{hint}choose from {', '.join(CHECKS)}"
+            )
+    return [c for c in CHECKS if c in names]
+
+
+def run(args: argparse.Namespace) -> int:
+    import platform
+
+    from workloads.records import default_output, ensure_writable, new_record, write_record
+
+    only = selected_checks(args.only)
+    output = ensure_writable(
+        Path(args.output) if args.output else default_output("accept", platform.node() or "host")
+    )
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if backend not in ("tensorflow", "jax"):
+        raise WorkloadError(
+            f"`workloads accept` measures with TensorFlow or JAX, not KERAS_BACKEND={backend}",
+            "unset KERAS_BACKEND (TensorFlow) or set KERAS_BACKEND=jax",
+        )
+    if backend == "jax":
+        from workloads.accept.kernels import prepare_jax_cpu_devices
+
+        prepare_jax_cpu_devices(4 if not args.quick else 2)
+
+    from workloads.accept import battery
+    from workloads.accept import output as out
+    from workloads.accept.reference import load
+    from workloads.envinfo import collect_env
+
+    record = new_record("accept")
+    outcome = battery.run(
+        only, args.quick, args.level, backend, load(), battery.Progress(enabled=not args.json)
+    )
+    record.update(out.record_fields(outcome, args.quick, only, args.level))
+    record["env"] = collect_env()
+    record["status"] = "done"
+    write_record(record, output)
+    if args.json:
+        from workloads.records import to_json
+
+        print(to_json(record), end="", flush=True)
+    else:
+        out.print_table(outcome, f"workloads accept ({record['mode']}, {outcome.backend or '-'})")
+        print(f"record: {output}")
+    return out.exit_code(outcome.findings)

@@ -1,0 +1,128 @@
+"""The measurement kernels, behind one small interface with a thin layer per backend.
+
+Production images run TensorFlow; some GPU machines have only JAX. The battery is
+written once against :class:`Kernels`, and each backend supplies placement on a
+device, a copy between host and device, and a collective all-reduce
+(``kernels_tf``: ``tf.device`` and ``MirroredStrategy``; ``kernels_jax``:
+``jax.default_device``, ``jax.jit`` and ``shard_map`` with ``psum``). The matmul
+peak is :func:`workloads.roofline.matmul_rate`, the same microbenchmark the MFU
+peaks come from, run under the backend's placement and matmul-precision settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from workloads.errors import WorkloadError
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device the battery measures: a GPU or the host CPU."""
+
+    kind: str  # "GPU" or "CPU"
+    index: int  # the framework's index
+    name: str  # as the framework (and NVML) names it
+    handle: Any  # what the backend places work with ("/GPU:0", a jax.Device)
+    compute_capability: tuple[int, int] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index}" if self.kind == "GPU" else "CPU"
+
+
+class Kernels(Protocol):
+    """What each backend layer provides."""
+
+    backend: str
+
+    def devices(self) -> list[Device]:
+        """GPUs if any are visible, else the host CPU (one device)."""
+        ...
+
+    def collective_devices(self) -> list[Any]:
+        """Every device an all-reduce runs across (GPUs, or the logical CPU devices)."""
+        ...
+
+    def placed(self, device: Device, dtype: str) -> contextlib.AbstractContextManager[Any]:
+        """Run what follows on ``device`` with ``dtype``'s matmul math (TF32 on or off)."""
+        ...
+
+    def copy_rate(self, device: Device, nbytes: int, repeats: int, rounds: int) -> float:
+        """Best bytes/s of an on-device copy (read + write) of ``nbytes``."""
+        ...
+
+    def transfer_rate(self, device: Device, nbytes: int, repeats: int, to_device: bool) -> float:
+        """Best bytes/s of a host→device (or device→host) copy of ``nbytes``."""
+        ...
+
+    def allreduce_time(self, nbytes: int, iterations: int) -> float:
+        """Seconds per sum all-reduce of ``nbytes`` per rank across the collective devices."""
+        ...
+
+
+def matmul_rate(
+    kernels: Kernels, device: Device, dtype: str, size: int, repeats: int, rounds: int
+) -> float:
+    """The roofline's matmul microbenchmark on ``device`` in ``dtype`` (FLOP/s).
+
+    ``tensorfloat32`` runs float32 inputs with TF32 math on; ``float32`` with it off,
+    so the float32 figure is the CUDA cores' and TF32's is the tensor cores'.
+    """
+    from workloads.roofline import matmul_rate as rate
+
+    storage = "float32" if dtype == "tensorfloat32" else dtype
+    with kernels.placed(device, dtype):
+        return rate(storage, size=size, repeats=repeats, rounds=rounds)
+
+
+def best_rate(run: Callable[[], Callable[[], object]], amount: float, rounds: int) -> float:
+    """Best ``amount`` per second over ``rounds``; ``run()`` starts one and returns its wait."""
+    best = 0.0
+    for _ in range(rounds):
+        start = time.perf_counter()
+        wait = run()
+        wait()
+        seconds = time.perf_counter() - start
+        if seconds > 0:
+            best = max(best, amount / seconds)
+    return best
+
+
+def load_kernels(backend: str, cpu_devices: int) -> Kernels:
+    """The layer for ``backend``; ``cpu_devices`` logical CPU devices when there is no GPU."""
+    if backend == "tensorflow":
+        from workloads.accept.kernels_tf import TensorFlowKernels
+
+        return TensorFlowKernels(cpu_devices)
+    if backend == "jax":
+        from workloads.accept.kernels_jax import JaxKernels
+
+        return JaxKernels()
+    raise WorkloadError(
+        f"`workloads accept` measures with TensorFlow or JAX, not KERAS_BACKEND={backend}",
+        "unset KERAS_BACKEND (TensorFlow) or set KERAS_BACKEND=jax",
+    )
+
+
+def prepare_jax_cpu_devices(count: int, environ: dict[str, str] | None = None) -> None:
+    """Ask XLA for ``count`` host devices (before JAX starts), so the all-reduce has ranks.
+
+    Only on hosts where JAX will find no accelerator does this matter, and it costs
+    nothing elsewhere: the flag only splits the host platform.
+    """
+    env = os.environ if environ is None else environ
+    flag = "--xla_force_host_platform_device_count"
+    flags = env.get("XLA_FLAGS", "")
+    if flag not in flags:
+        env["XLA_FLAGS"] = f"{flags} {flag}={count}".strip()
+
+
+@contextlib.contextmanager
+def nothing() -> Iterator[None]:
+    yield None

@@ -1,0 +1,91 @@
+"""What ``workloads accept`` shows and keeps: the verdict table and the JSON record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workloads.accept.battery import Outcome
+from workloads.accept.verdicts import FAIL, PASS, SEVERITY, WARN, Finding, worst
+
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "info": "cyan", "skip": "dim"}
+
+
+def overall(findings: list[Finding]) -> str:
+    """``fail`` if any check fails, else ``warn`` if any warns, else ``pass``."""
+    return worst(f.verdict for f in findings)
+
+
+def exit_code(findings: list[Finding]) -> int:
+    """0 when nothing fails, 1 when a check fails."""
+    return 1 if any(f.verdict == FAIL for f in findings) else 0
+
+
+def record_fields(outcome: Outcome, quick: bool, only: list[str], level: int) -> dict[str, Any]:
+    """The ``accept`` record's own fields (the caller adds the envelope and ``env``)."""
+    counts = {v: sum(1 for f in outcome.findings if f.verdict == v) for v in SEVERITY}
+    return {
+        "mode": "quick" if quick else "full",
+        "checks_selected": only,
+        "dcgm_level": level,
+        "backend": outcome.backend,
+        "devices": outcome.devices,
+        "unknown_gpus": outcome.unknown_gpus,
+        "sizes": outcome.sizes.__dict__,
+        "durations_s": outcome.durations_s,
+        "others_cpu_share": outcome.others_cpu_share,
+        "findings": [f.as_dict() for f in outcome.findings],
+        "counts": counts,
+        "verdict": overall(outcome.findings),
+        "exit_code": exit_code(outcome.findings),
+    }
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def print_table(outcome: Outcome, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # logs and CI: do not squeeze the reasons into 80 columns
+        console = Console(width=200)
+    for line in outcome.unknown_gpus:
+        console.print(f"{line} is not in the reference table: figures, no datasheet verdict")
+    table = Table(title=title, show_lines=False)
+    for column, justify in (
+        ("check", "left"),
+        ("device", "left"),
+        ("item", "left"),
+        ("figure", "right"),
+        ("limit", "right"),
+        ("fraction", "right"),
+        ("verdict", "left"),
+        ("reason", "left"),
+    ):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for f in outcome.findings:
+        unit = f" {f.unit}" if f.unit and f.value is not None else ""
+        table.add_row(
+            f.check,
+            f.device,
+            f.item,
+            f"{_number(f.value)}{unit}" if f.value is not None else "-",
+            _number(f.limit),
+            f"{f.fraction:.0%}" if f.fraction is not None else "-",
+            f"[{STYLE[f.verdict]}]{f.verdict}[/]",
+            f.reason,
+        )
+    console.print(table)
+    verdict = overall(outcome.findings)
+    failed = sum(1 for f in outcome.findings if f.verdict == FAIL)
+    warned = sum(1 for f in outcome.findings if f.verdict == WARN)
+    summary = {
+        PASS: "every check passed",
+        WARN: f"{warned} warning(s), nothing failed",
+        FAIL: f"{failed} check(s) failed, {warned} warning(s)",
+    }.get(verdict, verdict)
+    console.print(f"[{STYLE[verdict]}]{verdict.upper()}[/]: {summary}")
