@@ -2,7 +2,7 @@
 
 ``bench cifar10`` runs the same model several ways in one process and prints
 examples/sec and MFU side by side, with every leg's settings: a plain
-``model.fit`` on in-memory float32 NumPy arrays (the way the seed scripts ran),
+``model.fit`` on in-memory float32 NumPy arrays (Keras' plain way of training),
 the harness on synthetic data (model only) and on real-format data (tar.gz
 decode + tf.data augmentation pipeline), all three with the same precision and
 the same ``jit_compile``; on a CPU-only host also the harness's fast CPU

@@ -1,7 +1,7 @@
 """``workloads check``: is this host (or container) ready to run the benchmarks?
 
-Seed 001's sanity test, made useful after provisioning: list every device with
-its name, compute capability and memory, print the CUDA/cuDNN versions the
+The usual "does TensorFlow see the GPU" test, made useful after provisioning:
+list every device with its name, compute capability and memory, print the CUDA/cuDNN versions the
 TensorFlow build expects, refuse GPUs below compute capability 5.2, and run a
 small matmul on every device, comparing it with NumPy. ``--require-gpu`` turns
 "no GPU" into a failure, which is what the Ansible ``gpu_validate`` role runs.

@@ -168,3 +168,37 @@ def test_the_same_battery_runs_on_jax(jax_run: Run) -> None:
     sizes = [r for r in _rows(run, "allreduce") if r["item"].endswith("MiB")]
     assert sizes and all(r["details"]["ranks"] == 2 for r in sizes)
     assert not _rows(run, "training")
+
+
+def _nvml_sees_a_gpu() -> bool:
+    from workloads.envinfo import nvml_gpus
+
+    return bool(nvml_gpus()[1])
+
+
+@pytest.mark.gpu
+def test_the_gpu_battery_judges_real_gpus(tmp_path: Path) -> None:
+    """On a GPU host (with TensorFlow or, as KERAS_BACKEND says, JAX): every row has its limit."""
+    if not _nvml_sees_a_gpu():
+        pytest.skip("no NVIDIA GPU visible through NVML")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env.update(WORKLOADS_PEAK_CACHE=str(tmp_path / "peaks.json"),
+               WORKLOADS_RESULTS=str(tmp_path / "results"))
+    path = tmp_path / "accept.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "workloads", "accept", "--quick", "--output", str(path)],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert result.returncode in (0, 1), result.stderr[-3000:]  # a real GPU may fail a check
+    record = json.loads(path.read_text())
+    assert record["exit_code"] == result.returncode
+    assert record["devices"] and all(d["label"].startswith("GPU") for d in record["devices"])
+    rows = record["findings"]
+    known = {d["label"] for d in record["devices"] if d["model"]}
+    for row in rows:
+        if row["check"] in ("matmul", "membw") and row["device"] in known:
+            assert row["limit"] and row["verdict"] in ("pass", "warn", "fail"), row
+    links = [r for r in rows if r["check"] == "nvml" and r["item"] == "PCIe link"]
+    assert links and all(r["verdict"] != "skip" for r in links)
+    [training] = [r for r in rows if r["check"] == "training"]
+    assert training["details"]["model"] == "resnet50v2" and training["details"]["mfu"] > 0

@@ -1,4 +1,4 @@
-"""``workloads style``: Gatys et al. neural style transfer, as seed 000's parameter study ran it.
+"""``workloads style``: Gatys et al. neural style transfer with VGG19.
 
 Optimises an image with Adam so that it keeps the content of --content and the
 style of --styles (VGG19 features: content relu4_2/relu5_2, style Gram matrices of
@@ -6,16 +6,17 @@ relu1_1 … relu5_1, plus total variation):
 
   total = content_weight·content + style_weight·style + tv_weight·tv
 
-Defaults are the seed study's base point (elcorto/style_transfer_parameter_sweep):
-width 512, 1000 iterations, learning rate 10, content weight 1, style weight 10,
-tv weight 100, content-weight-blend 0.2, layer-weight exponent 1, style scale 1,
-max pooling, white-noise start, colours preserved. neural-style's own CLI defaults
-differ (content weight 5, style weight 500, blend 1, colours not preserved); to
-run those, pass: --content-weight 5 --style-weight 500 --content-weight-blend 1
+The algorithm is anishathalye/neural-style's, and the defaults are the base point
+of the published parameter study elcorto/style_transfer_parameter_sweep: width 512,
+1000 iterations, learning rate 10, content weight 1, style weight 10, tv weight 100,
+content-weight-blend 0.2, layer-weight exponent 1, style scale 1, max pooling,
+white-noise start, colours preserved. neural-style's own CLI defaults differ
+(content weight 5, style weight 500, blend 1, colours not preserved); to run
+those, pass: --content-weight 5 --style-weight 500 --content-weight-blend 1
 --no-preserve-colors.
 
-The output is the image after the last iteration (--keep last, which is what the
-seed study's runs saved: neural-style keeps the lowest-loss image among the
+The output is the image after the last iteration (--keep last, which is what that
+study's runs saved: neural-style keeps the lowest-loss image among the
 iterations it checks, and without --checkpoint-iterations it checks only the
 last). --keep best saves the lowest-loss image instead. Both are in the record.
 
@@ -38,7 +39,7 @@ from workloads.records import default_output, new_record, utc_now, write_record
 EPILOG = """\
 examples:
   workloads style --weights random --width 64 --iterations 20 --output out.png
-  workloads style --content me.jpg --styles candy.jpg --output out.png     (seed base point)
+  workloads style --content me.jpg --styles candy.jpg --output out.png     (the study's base point)
   workloads style --content me.jpg --styles a.jpg b.jpg --style-blend-weights 0.7 0.3 \\
       --pooling avg --tolerance 1e-3 --checkpoint-every 100 --output out.png
 
@@ -51,7 +52,7 @@ weights:
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "style",
-        help="Gatys neural style transfer with VGG19 (the seed study's algorithm)",
+        help="Gatys neural style transfer with VGG19 (anishathalye/neural-style's algorithm)",
         description=__doc__,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -234,7 +235,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def parameters(config: Any) -> dict[str, Any]:
-    """The record's parameter fields, named as in the seed study."""
+    """The record's parameter fields, named as in elcorto/style_transfer_parameter_sweep."""
     return {
         "content": str(config.content),
         "styles": [str(p) for p in config.styles],

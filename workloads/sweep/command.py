@@ -51,7 +51,8 @@ spec (YAML; parameter names are the workload's options with _, e.g. learning_rat
   output: out.png                         optional: file name of each run's output
 
 examples:
-  workloads sweep examples/style_study.yaml                       the seed's study, all GPUs
+  workloads sweep examples/style_study.yaml                       the published study
+                                      elcorto/style_transfer_parameter_sweep, all GPUs
   workloads sweep study.yaml --devices 0,1 --per-device 2         4 runs at once on 2 GPUs
   workloads sweep study.yaml --dry-run                            list the runs and their state
   workloads sweep study.yaml --retry-failed                       run the failed ones again

@@ -1,7 +1,7 @@
 """`workloads run IMAGE -- ARGS`: run a benchmark image with GPUs, on the host.
 
-The container is started through the Docker API as seed 001 ran it by hand
-(`--gpus`, `--shm-size=1g`, `--ulimit memlock=-1`, `--ulimit
+The container is started through the Docker API with the flags NVIDIA's TensorFlow
+containers ask for (`--gpus`, `--shm-size=1g`, `--ulimit memlock=-1`, `--ulimit
 stack=67108864`), with the results directory mounted at /results and the
 calling user's uid:gid, so records come back owned by you. Its log streams
 live; the exit code is the container's (124 when --timeout stopped it); the
