@@ -464,8 +464,7 @@ def busy_host(share: float | None, limit: float) -> Finding:
             "other load",
             WARN,
             f"{text}: figures may be low; run again on an idle host",
-            share,
-            "",
-            None,
+            share * 100,
+            "%",
         )
-    return Finding("host", "host", "other load", PASS, text, share, "", None)
+    return Finding("host", "host", "other load", PASS, text, share * 100, "%")
