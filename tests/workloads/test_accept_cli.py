@@ -85,6 +85,7 @@ def test_the_cpu_battery_runs_every_check_and_exits_0(tensorflow_run: Run) -> No
     assert record["workload"] == "accept" and record["status"] == "done"
     assert record["mode"] == "quick" and record["backend"] == "tensorflow"
     assert record["env"]["cpu"] and record["exit_code"] == 0
+    assert record["reference_documents"]["h100-datasheet"]["date"] == "2023-09"
     assert {f["check"] for f in record["findings"]} == {
         "matmul",
         "membw",

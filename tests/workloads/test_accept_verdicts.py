@@ -12,6 +12,7 @@ import os
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -79,9 +80,18 @@ def test_a_link_at_x8_of_x16_fails_naming_the_width(watched: list[GpuWatch]) -> 
 def test_an_idle_link_at_gen1_is_not_a_finding_but_one_that_stays_there_is() -> None:
     """The generation counts at its best under load: every idle GPU drops to Gen1."""
     watcher = Watcher(FakeNvml(READINGS))
-    watcher.sample_once()  # the idle reading only
-    finding = verdicts.pcie_link("GPU 0", watcher.gpus[0])
-    assert finding.verdict == FAIL and "below Gen5 even under load" in finding.reason
+    watcher.sample_once()  # the idle reading only (what `--only nvml` sees)
+    idle = verdicts.pcie_link("GPU 0", watcher.gpus[0])
+    assert idle.verdict == PASS
+    assert idle.reason == "x16 of x16; generation not judged (no sample under load)"
+    watcher.sample_once()
+    gpu = watcher.gpus[0]
+    gpu.samples = [
+        replace(s, pcie_generation=4) if s.utilization_percent else s for s in gpu.samples
+    ]
+    stuck = verdicts.pcie_link("GPU 0", gpu)
+    assert stuck.verdict == FAIL and "Gen4 x16 (can train to Gen5 x16)" in stuck.reason
+    assert "below Gen5 even under load" in stuck.reason
 
 
 def test_a_throttled_clock_fails_and_names_the_reasons(watched: list[GpuWatch]) -> None:

@@ -96,8 +96,13 @@ def run(
     reference: Reference,
     progress: Progress,
     nvml: Any = None,
+    kernels: Any = None,
 ) -> Outcome:
-    """Run the ``selected`` checks; returns their findings."""
+    """Run the ``selected`` checks; returns their findings.
+
+    ``nvml`` and ``kernels`` default to the real ones (pynvml, the backend's layer);
+    tests pass recorded stand-ins to drive the GPU path on a machine without GPUs.
+    """
     findings: list[Finding] = []
     durations: dict[str, float] = {}
     nvml = open_nvml(nvml)
@@ -110,15 +115,14 @@ def run(
             durations["dcgm"] = time.perf_counter() - start
         watcher = Watcher(nvml) if nvml is not None and nvml.nvmlDeviceGetCount() else None
         measured = [c for c in selected if c in MEASURED]
-        kernels = None
         probe = busy.Probe(gpu_others=lambda: None)
         token = probe.start()
-        if measured:
+        if measured and kernels is None:
             from workloads.accept.kernels import load_kernels
 
             on_gpu_guess = watcher is not None
             kernels = load_kernels(backend, checks.sizes(on_gpu_guess, quick).cpu_devices)
-        targets = _targets(kernels, watcher, reference)
+        targets = _targets(kernels if measured else None, watcher, reference)
         on_gpu = bool(targets) and targets[0].device.kind == "GPU"
         size = checks.sizes(on_gpu, quick)
         watching = watcher.running() if watcher is not None else nullcontext()
@@ -140,7 +144,7 @@ def run(
         findings = verdicts.compare_siblings(findings, reference.thresholds["siblings"], groups)
         return Outcome(
             findings=findings,
-            backend=kernels.backend if kernels is not None else None,
+            backend=kernels.backend if measured and kernels is not None else None,
             devices=[_device_record(t) for t in targets],
             sizes=size,
             durations_s=durations,

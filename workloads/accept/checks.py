@@ -116,7 +116,7 @@ def matmul_dtypes(target: Target) -> list[str]:
 
 
 def datasheet_source(model: GpuModel, source: str, reference: Reference) -> str:
-    return f"datasheet, {model.model}: {reference.cite(source)}"
+    return f"{model.model} datasheet {reference.ref(source)}"
 
 
 def check_matmul(
@@ -239,7 +239,7 @@ def check_transfer(
         source = (
             (
                 f"PCIe Gen{gen} x{width}, what the link can train to "
-                f"({reference.cite(reference.pcie_source)})"
+                f"{reference.ref(reference.pcie_source)}"
             )
             if limit
             else None
@@ -296,7 +296,7 @@ def interconnect_limit(
         version = min(min(w.facts.nvlink_versions or (0,)) for w in watches if w is not None)
         return (
             limit or None,
-            f"NVLink {version} × {links} links per GPU ({reference.cite(reference.nvlink_source)})",
+            f"NVLink {version} × {links} links per GPU {reference.ref(reference.nvlink_source)}",
             "allreduce_nvlink",
         )
     rates = [
@@ -309,7 +309,7 @@ def interconnect_limit(
     slowest = min(v for v in rates if v is not None)
     return (
         slowest,
-        f"PCIe, the slowest GPU link ({reference.cite(reference.pcie_source)})",
+        f"PCIe, the slowest GPU link {reference.ref(reference.pcie_source)}",
         "allreduce_pcie",
     )
 
@@ -431,7 +431,7 @@ def check_training(
             "TFLOP/s",
             peak["value"] / 1e12,
             reference.thresholds["training_mfu"],
-            f"datasheet {peak['dtype']}: {peak['document']}",
+            f"{target.model.model if target.model else 'the'} datasheet's {peak['dtype']} peak",
         )
         return [replace(finding, reason=f"{rate}, MFU {finding.reason}", details=details)]
     note = " (provisional: measured while busy)" if peak["source"] == "provisional" else ""

@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         only, args.quick, args.level, backend, load(), battery.Progress(enabled=not args.json)
     )
     record.update(out.record_fields(outcome, args.quick, only, args.level))
+    record["reference_documents"] = load().documents  # what the rows' [key, date] refer to
     record["env"] = collect_env()
     record["status"] = "done"
     write_record(record, output)

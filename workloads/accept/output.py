@@ -46,15 +46,32 @@ def _number(value: float | None) -> str:
     return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
 
 
+WIDE = 150  # below this many columns the rows are printed as two lines each
+
+
 def print_table(outcome: Outcome, title: str) -> None:
+    """The verdict table; on a narrow terminal, one finding per two lines instead."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     if not console.is_terminal:  # logs and CI: do not squeeze the reasons into 80 columns
         console = Console(width=200)
     for line in outcome.unknown_gpus:
         console.print(f"{line} is not in the reference table: figures, no datasheet verdict")
+    if console.width >= WIDE:
+        console.print(_table(outcome, title))
+    else:
+        _lines(console, outcome, title)
+
+
+def _figure_text(f: Finding) -> str:
+    unit = f" {f.unit}" if f.unit and f.value is not None else ""
+    return f"{_number(f.value)}{unit}" if f.value is not None else "-"
+
+
+def _table(outcome: Outcome, title: str) -> Any:
+    from rich.table import Table
+
     table = Table(title=title, show_lines=False)
     for column, justify in (
         ("check", "left"),
@@ -68,18 +85,36 @@ def print_table(outcome: Outcome, title: str) -> None:
     ):
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for f in outcome.findings:
-        unit = f" {f.unit}" if f.unit and f.value is not None else ""
         table.add_row(
             f.check,
             f.device,
             f.item,
-            f"{_number(f.value)}{unit}" if f.value is not None else "-",
+            _figure_text(f),
             _number(f.limit),
             f"{f.fraction:.0%}" if f.fraction is not None else "-",
             f"[{STYLE[f.verdict]}]{f.verdict}[/]",
             f.reason,
         )
-    console.print(table)
+    return table
+
+
+def _lines(console: Any, outcome: Outcome, title: str) -> None:
+    from rich.markup import escape
+    from rich.padding import Padding
+    from rich.text import Text
+
+    console.print(f"[bold]{escape(title)}[/]")
+    for f in outcome.findings:
+        limit = f" of {_number(f.limit)}" if f.limit else ""
+        share = f" ({f.fraction:.0%})" if f.fraction is not None else ""
+        figure = f"  {_figure_text(f)}{limit}{share}" if f.value is not None else ""
+        console.print(
+            f"[{STYLE[f.verdict]}]{f.verdict:<5}[/] {escape(f.check)}  {escape(f.device)}  "
+            f"{escape(f.item)}{escape(figure)}"
+        )
+        console.print(Padding(Text(f.reason, style="dim"), (0, 0, 0, 6)))
+
+
     verdict = overall(outcome.findings)
     failed = sum(1 for f in outcome.findings if f.verdict == FAIL)
     warned = sum(1 for f in outcome.findings if f.verdict == WARN)

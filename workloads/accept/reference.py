@@ -85,7 +85,12 @@ class Reference:
         return self.pcie_lane_gbps[generation] * width
 
     def cite(self, source: str) -> str:
+        """The document's title and date."""
         return Figure(0.0, source).cite(self.documents)
+
+    def ref(self, source: str) -> str:
+        """A short reference for a table row, ``[key, date]``; the record lists the documents."""
+        return f"[{source}, {self.documents.get(source, {}).get('date', 'undated')}]"
 
 
 def _figure(raw: Any, where: str) -> Figure:

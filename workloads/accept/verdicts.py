@@ -113,18 +113,26 @@ def against_limit(
     return Finding(check, device, item, verdict, reason, value, unit, limit, limit_source)
 
 
+SIBLING_CHECKS = ("matmul", "membw")
+
+
 def compare_siblings(
-    findings: list[Finding], threshold: Threshold, group: dict[str, str]
+    findings: list[Finding],
+    threshold: Threshold,
+    group: dict[str, str],
+    checks: tuple[str, ...] = SIBLING_CHECKS,
 ) -> list[Finding]:
     """Mark a device well below its siblings' median (same check, item and GPU model).
 
     ``group`` maps a device label to its model; devices of one model are siblings.
     Each device is compared with the median of the OTHER devices, so with two GPUs
-    each is held to the other. The verdict only ever gets worse.
+    each is held to the other. The verdict only ever gets worse. Only the device's
+    own compute and memory (``checks``) are compared: host transfers differ by NUMA
+    node on a healthy two-socket host, and that is topology, not a faulty GPU.
     """
     buckets: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     for i, f in enumerate(findings):
-        if f.value is not None and f.device in group:
+        if f.value is not None and f.device in group and f.check in checks:
             buckets[(f.check, f.item, group[f.device])].append(i)
     result = list(findings)
     for indices in buckets.values():
@@ -174,17 +182,23 @@ def algorithm_bandwidth(bytes_per_rank: int, seconds: float) -> float:
 def pcie_link(device: str, watch: GpuWatch) -> Finding:
     """The link's width and generation against what it can train to.
 
-    The generation is judged at its highest while the battery ran (GPUs drop to Gen1
-    when idle); the width at its lowest (a link at x8 stays at x8).
+    The generation is judged at its highest under load (an idle GPU lowers its link
+    to Gen1 with its P-state, so an idle reading says nothing); the width at its
+    lowest over all samples (a link at x8 stays at x8). Without a sample under load
+    (``--only nvml``) only the width is judged.
     """
     facts = watch.facts
-    gens = [s.pcie_generation for s in watch.samples if s.pcie_generation]
+    loaded = [s.pcie_generation for s in watch.loaded() if s.pcie_generation]
+    gens = loaded or [s.pcie_generation for s in watch.samples if s.pcie_generation]
     widths = [s.pcie_width for s in watch.samples if s.pcie_width]
     if not gens or not widths or not facts.pcie_max_generation or not facts.pcie_max_width:
         return Finding("nvml", device, "PCIe link", SKIP, "NVML gives no PCIe link figures here")
     gen, width = max(gens), min(widths)
     max_gen, max_width = facts.pcie_max_generation, facts.pcie_max_width
     text = f"Gen{gen} x{width} (can train to Gen{max_gen} x{max_width})"
+    if not loaded:
+        gen = max_gen  # not judged: no reading under load
+        text = f"x{width} of x{max_width}; generation not judged (no sample under load)"
     details = {
         "generation": gen,
         "width": width,
