@@ -151,6 +151,8 @@ def test_the_table_is_printed_with_every_row(tensorflow_run: Run) -> None:
     assert "workloads accept (quick, tensorflow)" in out
     assert "no PCIe link on a CPU device" in out and f"record: {tensorflow_run.path}" in out
     assert "Traceback" not in tensorflow_run.result.stderr
+    summary = out.rstrip().splitlines()[-2]  # the last line names the record
+    assert summary.startswith(("PASS: ", "WARN: ")), summary
 
 
 def test_the_same_battery_runs_on_jax(jax_run: Run) -> None:

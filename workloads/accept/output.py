@@ -62,6 +62,15 @@ def print_table(outcome: Outcome, title: str) -> None:
         console.print(_table(outcome, title))
     else:
         _lines(console, outcome, title)
+    verdict = overall(outcome.findings)
+    failed = sum(1 for f in outcome.findings if f.verdict == FAIL)
+    warned = sum(1 for f in outcome.findings if f.verdict == WARN)
+    summary = {
+        PASS: "every check passed",
+        WARN: f"{warned} warning(s), nothing failed",
+        FAIL: f"{failed} check(s) failed, {warned} warning(s)",
+    }.get(verdict, verdict)
+    console.print(f"[{STYLE[verdict]}]{verdict.upper()}[/]: {summary}")
 
 
 def _figure_text(f: Finding) -> str:
@@ -113,14 +122,3 @@ def _lines(console: Any, outcome: Outcome, title: str) -> None:
             f"{escape(f.item)}{escape(figure)}"
         )
         console.print(Padding(Text(f.reason, style="dim"), (0, 0, 0, 6)))
-
-
-    verdict = overall(outcome.findings)
-    failed = sum(1 for f in outcome.findings if f.verdict == FAIL)
-    warned = sum(1 for f in outcome.findings if f.verdict == WARN)
-    summary = {
-        PASS: "every check passed",
-        WARN: f"{warned} warning(s), nothing failed",
-        FAIL: f"{failed} check(s) failed, {warned} warning(s)",
-    }.get(verdict, verdict)
-    console.print(f"[{STYLE[verdict]}]{verdict.upper()}[/]: {summary}")
