@@ -253,16 +253,23 @@ def matmul_rate(
 load_probe: Callable[[], busy.Probe] = busy.Probe
 
 
+def is_provisional(entry: dict[str, Any]) -> bool:
+    """True unless the entry says it was measured on an idle device (`"provisional": false`)."""
+    return entry.get("provisional") is not False
+
+
 def better_peak(previous: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """Which of two measurements of one peak to keep.
 
     An idle measurement beats a provisional one whatever the figures (the busy one
     is low for a reason that says nothing about the device); between two of the
-    same kind the higher wins (a shared device measures low, never high).
+    same kind the higher wins (a shared device measures low, never high). An entry
+    without the flag was cached before measurements were checked for other load, so
+    nothing says it was idle: it counts as provisional (`is_provisional`).
     """
     if previous is None or "flops" not in previous:
         return new
-    old_busy, new_busy = bool(previous.get("provisional")), bool(new.get("provisional"))
+    old_busy, new_busy = is_provisional(previous), is_provisional(new)
     if old_busy != new_busy:
         return previous if new_busy else new
     return previous if float(previous["flops"]) >= float(new["flops"]) else new
@@ -286,7 +293,7 @@ def peak_flops(device: str, dtype: str, *, refresh: bool = False) -> dict[str, A
     except (OSError, ValueError):
         cache = {}
     previous = cache.get(key) if isinstance(cache.get(key), dict) else None
-    if not refresh and previous and "flops" in previous and not previous.get("provisional"):
+    if not refresh and previous and "flops" in previous and not is_provisional(previous):
         return dict(previous, cached=True)
     from workloads.records import utc_now
 
@@ -351,7 +358,7 @@ def mfu_peak(device: str, dtype: str) -> dict[str, Any]:
         "value": measured["flops"],
         "dtype": dtype,
         "measured_at": measured.get("measured_at"),
-        "provisional": bool(measured.get("provisional")),
+        "provisional": is_provisional(measured),
         "busy_reason": measured.get("busy_reason"),
     }
     sheet = datasheet_matmul(device, dtype, effective_dtype(dtype))

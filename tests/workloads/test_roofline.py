@@ -145,6 +145,25 @@ def test_a_peak_measured_while_busy_is_provisional_and_measured_again(
     assert roofline.peak_flops("Test CPU", "bfloat16")["cached"] is True  # idle: kept
 
 
+def test_a_peak_cached_before_the_load_check_is_measured_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache written before measurements were checked for other load holds busy figures
+    as if idle (44.5 GFLOP/s at load 9.9 on a 400 GFLOP/s CPU: MFU 199 %). Such an entry
+    is measured again, and an idle measurement replaces it even when it is lower."""
+    cache = tmp_path / "peaks.json"
+    monkeypatch.setenv("WORKLOADS_PEAK_CACHE", str(cache))
+    cache.write_text(json.dumps({"tensorflow|Test CPU|bfloat16": {
+        "flops": 44.5e9, "dtype": "bfloat16", "device": "Test CPU", "backend": "tensorflow",
+        "matrix": 2048, "measured_at": "2026-11-25T10:25:04Z", "load_average": 9.9}}))
+    probe = RecordedProbe(IDLE, IDLE)
+    monkeypatch.setattr(roofline, "load_probe", lambda: probe)
+    monkeypatch.setattr(roofline, "matmul_rate", lambda dtype: 401e9)
+    peak = roofline.peak_flops("Test CPU", "bfloat16")
+    assert (peak["flops"], peak["provisional"], peak["cached"]) == (401e9, False, False)
+    assert roofline.mfu_peak("Test CPU", "bfloat16")["source"] == "measured"
+
+
 def test_an_idle_peak_is_never_replaced_by_a_busy_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,7 +186,10 @@ def test_an_idle_peak_is_never_replaced_by_a_busy_one(
         ({"flops": 2.0, "provisional": True}, {"flops": 1.0, "provisional": False}, "new"),
         ({"flops": 2.0, "provisional": False}, {"flops": 9.0, "provisional": True}, "old"),
         ({"flops": 2.0, "provisional": True}, {"flops": 3.0, "provisional": True}, "new"),
-        ({"flops": 2.0}, {"flops": 1.0, "provisional": False}, "old"),  # entries before the flag
+        # an entry cached before the load check: nothing says it was idle
+        ({"flops": 2.0}, {"flops": 1.0, "provisional": False}, "new"),
+        ({"flops": 2.0}, {"flops": 3.0, "provisional": True}, "new"),
+        ({"flops": 2.0}, {"flops": 1.0, "provisional": True}, "old"),
     ],
 )
 def test_which_peak_is_kept(old: dict | None, new: dict, keep: str) -> None:

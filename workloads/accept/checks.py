@@ -155,14 +155,14 @@ def _cpu_matmul(
     kernels: Kernels, target: Target, dtype: str, rate: float, item: str, reference: Reference
 ) -> Finding:
     """A CPU has no datasheet here: compare with its own idle peak from the cache, if any."""
-    from workloads.roofline import cache_path
+    from workloads.roofline import cache_path, is_provisional
 
     key = f"{kernels.backend}|{target.device.name}|{dtype}"
     try:
         entry = json.loads(cache_path().read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         entry = None
-    if isinstance(entry, dict) and entry.get("flops") and not entry.get("provisional"):
+    if isinstance(entry, dict) and entry.get("flops") and not is_provisional(entry):
         return verdicts.against_limit(
             "matmul",
             target.label,
