@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads.download import ChecksumMismatch, fetch_verified, sha256sum
+from workloads.download import ChecksumMismatch, DownloadTooLarge, fetch_verified, sha256sum
 from workloads.errors import WorkloadError
 
 ARCHIVE_NAME = "cifar-10-python.tar.gz"
@@ -36,6 +36,11 @@ ARCHIVE_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 # The digest Keras checks for this URL (keras/src/datasets/cifar10.py, file_hash=);
 # the same archive has MD5 c58f30108f718f92721af3b95e74349a.
 ARCHIVE_SHA256 = "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
+ARCHIVE_BYTES = 170_498_071
+# Twice the real archive. Its content unpacks to 186 MB, so no repacking of it (any gzip
+# level) comes near this; a server that sends more is not sending CIFAR-10, and the cap
+# stops an endless or oversized download before it fills the cache's disk.
+ARCHIVE_MAX_BYTES = 2 * ARCHIVE_BYTES
 SHA256_ENV = "WORKLOADS_CIFAR10_SHA256"
 RETIRED_MD5_ENV = "WORKLOADS_CIFAR10_MD5"
 TRAIN_MEMBERS = tuple(f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6))
@@ -175,7 +180,18 @@ def locate_archive(data_dir: Path | None, *, download: bool = True) -> Path:
 
 
 def verify(path: Path) -> None:
-    """Compare the archive's SHA-256 with the expected one (before any byte is unpickled)."""
+    """Compare the archive's SHA-256 with the expected one (before any byte is unpickled).
+
+    A file over :data:`ARCHIVE_MAX_BYTES` is refused before it is hashed: it is not
+    CIFAR-10 whatever a mirror's checksum says, and hashing it would only cost time.
+    """
+    size = path.stat().st_size
+    if size > ARCHIVE_MAX_BYTES:
+        raise WorkloadError(
+            f"{path} is {size} bytes, more than the {ARCHIVE_MAX_BYTES} accepted "
+            f"(the real archive is {ARCHIVE_BYTES})",
+            f"delete it and download {ARCHIVE_NAME} from {ARCHIVE_URL} again",
+        )
     expected = archive_sha256()
     actual = sha256sum(path)
     if actual != expected:
@@ -189,7 +205,15 @@ def fetch(url: str, dest: Path) -> Path:
     """Download ``url`` to ``dest``; the archive appears only once its SHA-256 is right."""
     expected = archive_sha256()
     try:
-        return fetch_verified(url, dest, expected, timeout=DOWNLOAD_TIMEOUT_S)
+        return fetch_verified(
+            url, dest, expected, timeout=DOWNLOAD_TIMEOUT_S, max_bytes=ARCHIVE_MAX_BYTES
+        )
+    except DownloadTooLarge as exc:
+        raise WorkloadError(
+            f"the download from {url} is refused: {exc} (the real archive is {ARCHIVE_BYTES})",
+            f"check the mirror (WORKLOADS_CIFAR10_URL) or place {ARCHIVE_NAME} in "
+            f"{dest.parent} by hand",
+        ) from exc
     except ChecksumMismatch as exc:
         raise WorkloadError(
             f"the archive downloaded from {url} has SHA-256 {exc.actual}, expected {exc.expected}",

@@ -22,6 +22,8 @@ from workloads.errors import WorkloadError
 FILE_NAME = "vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5"
 URL = "https://storage.googleapis.com/tensorflow/keras-applications/vgg19/" + FILE_NAME
 MD5 = "253f8cb515780f3b799900260a226db6"  # as keras.applications.VGG19 checks it
+FILE_BYTES = 80_134_624
+MAX_BYTES = 2 * FILE_BYTES  # a download over twice the real file's size is refused
 DOWNLOAD_TIMEOUT_S = 30
 
 
@@ -127,7 +129,12 @@ def download(url: str, target: Path) -> Path:
         ) from exc
     try:
         return fetch_verified(
-            url, target, weights_md5(), timeout=DOWNLOAD_TIMEOUT_S, algorithm="md5"
+            url,
+            target,
+            weights_md5(),
+            timeout=DOWNLOAD_TIMEOUT_S,
+            max_bytes=MAX_BYTES,
+            algorithm="md5",
         )
     except ChecksumMismatch as exc:
         raise WorkloadError(
