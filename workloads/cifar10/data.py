@@ -9,25 +9,32 @@ place the archive in ``--data-dir`` or the cache directory.
 The batches are pickles, and ``pickle.loads`` runs whatever a pickle names. The
 checksum alone is no guard (a mirror sets its own with
 ``WORKLOADS_CIFAR10_SHA256``; a user points ``--data-dir`` at any file), so the
-batches are read by :class:`BatchUnpickler`, which knows only the few NumPy
-reconstruction functions that the real files name and refuses everything else.
+archive is read with bounded memory (:mod:`workloads.cifar10.archive_reader`) and
+each batch is decoded and checked to be CIFAR-10 (:mod:`workloads.cifar10.batches`)
+before training sees it; a file that fails either is refused in one line.
 """
 
 from __future__ import annotations
 
-import importlib
-import io
 import os
-import pickle
 import re
 import tarfile
 import urllib.error
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from workloads.cifar10.archive_reader import BadArchive, read_members
+from workloads.cifar10.batches import (  # noqa: F401 - re-exported: the decoder's public names
+    BadBatch,
+    BatchUnpickler,
+    RefusedPickle,
+    decode_batch,
+    unpickle_batch,
+)
 from workloads.download import ChecksumMismatch, DownloadTooLarge, fetch_verified, sha256sum
 from workloads.errors import WorkloadError
 
@@ -48,68 +55,6 @@ TEST_MEMBER = "cifar-10-batches-py/test_batch"
 IMAGE_SHAPE = (32, 32, 3)
 NUM_CLASSES = 10
 DOWNLOAD_TIMEOUT_S = 20
-
-
-def _numpy_reconstructor() -> Any:
-    """NumPy's own ``_reconstruct`` (NumPy 2 moved it from numpy.core to numpy._core)."""
-    try:
-        module = importlib.import_module("numpy._core.multiarray")
-    except ImportError:  # pragma: no cover - NumPy 1
-        module = importlib.import_module("numpy.core.multiarray")
-    return module._reconstruct
-
-
-_numpy_reconstruct = _numpy_reconstructor()
-
-
-class RefusedPickle(pickle.UnpicklingError):
-    """A batch asked for a global that no CIFAR-10 batch uses: it may be an attack."""
-
-
-def _plain_dtype(*args: Any) -> np.dtype[Any]:
-    """``numpy.dtype`` for the unpickler, refusing object dtypes (their items are pickles)."""
-    dtype = np.dtype(*args)
-    if dtype.hasobject:
-        raise RefusedPickle(f"a batch asks for the object dtype {dtype}")
-    return dtype
-
-
-def _reconstruct(subtype: Any, *args: Any) -> np.ndarray:
-    """NumPy's array reconstructor, for plain ``ndarray`` only (no subclass code runs)."""
-    if subtype is not np.ndarray:
-        raise RefusedPickle(f"a batch asks to build a {subtype!r}, not a numpy.ndarray")
-    array: np.ndarray = _numpy_reconstruct(np.ndarray, *args)
-    return array
-
-
-# (module, name) -> what it loads as. The real archive (pickled by Python 2 with
-# NumPy 1) names numpy.core.multiarray._reconstruct, numpy.ndarray and numpy.dtype;
-# NumPy 2 writes numpy._core for the same function, and Python 3's protocol 2
-# writes byte strings through _codecs.encode (our fixtures and archive_writer).
-_ALLOWED: dict[tuple[str, str], Any] = {
-    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
-    ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): _plain_dtype,
-    ("_codecs", "encode"): lambda text, encoding="utf-8": str(text).encode(encoding),
-}
-
-
-class BatchUnpickler(pickle.Unpickler):
-    """An unpickler that resolves only the globals a CIFAR-10 batch is made of."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return _ALLOWED[(module, name)]
-        except KeyError:
-            raise RefusedPickle(
-                f"a batch asks for {module}.{name}, which no CIFAR-10 batch uses"
-            ) from None
-
-
-def unpickle_batch(raw: bytes) -> Any:
-    """``pickle.loads(raw, encoding="bytes")`` through :class:`BatchUnpickler`."""
-    return BatchUnpickler(io.BytesIO(raw), encoding="bytes").load()
 
 
 @dataclass(frozen=True)
@@ -228,35 +173,28 @@ def fetch(url: str, dest: Path) -> Path:
         ) from exc
 
 
-def decode_batch(raw: bytes | Any) -> tuple[np.ndarray, np.ndarray]:
-    """Decode one pickled batch into (N, 32, 32, 3) uint8 images and int32 labels."""
-    batch = unpickle_batch(raw) if isinstance(raw, bytes) else raw
-    if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
-        raise ValueError("not a CIFAR-10 batch (no data/labels keys)")
-    data = np.asarray(batch[b"data"], dtype=np.uint8)
-    labels = np.asarray(batch[b"labels"], dtype=np.int32)
-    if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
-        raise ValueError(f"unexpected batch shape {data.shape} with {len(labels)} labels")
-    images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # planar RGB -> HWC
-    return np.ascontiguousarray(images), labels
-
-
 def load_archive(path: Path) -> Cifar10:
-    """Read the five training batches and the test batch straight from the tar.gz."""
+    """Read and check the five training batches and the test batch straight from the tar.gz.
+
+    Every batch is checked (dtype, shape, labels in 0-9) before any is used, so an
+    archive that is not CIFAR-10 stops here in one line naming the batch, not later
+    in training or, worse, not at all.
+    """
+    wanted = (*TRAIN_MEMBERS, TEST_MEMBER)
+    fix = (
+        f"delete it and download {ARCHIVE_NAME} from {ARCHIVE_URL} again, "
+        f"or check the mirror (WORKLOADS_CIFAR10_URL, {SHA256_ENV})"
+    )
+    parts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    member = ""
     try:
-        with tarfile.open(path, "r:gz") as tar:
-            parts = {}
-            for member in (*TRAIN_MEMBERS, TEST_MEMBER):
-                fh = tar.extractfile(member)
-                if fh is None:
-                    raise KeyError(member)
-                parts[member] = decode_batch(fh.read())
-    except RefusedPickle as exc:
-        raise WorkloadError(
-            f"{path} is refused: {exc}, so it may run code when read",
-            f"delete it and download {ARCHIVE_NAME} from {ARCHIVE_URL} again",
-        ) from exc
-    except (tarfile.TarError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+        for member, raw in read_members(path, wanted):
+            parts[member] = decode_batch(raw)
+    except BadBatch as exc:
+        raise WorkloadError(f"{path} is refused: {Path(member).name} {exc}", fix) from exc
+    except BadArchive as exc:
+        raise WorkloadError(f"{path} is refused: it {exc}", fix) from exc
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise WorkloadError(
             f"{path} is not a valid CIFAR-10 python archive ({exc})",
             f"delete it and download {ARCHIVE_NAME} again",
