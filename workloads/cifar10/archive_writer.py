@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workloads.cifar10.batches import ROWS_MAX
 from workloads.cifar10.data import TEST_MEMBER, TRAIN_MEMBERS
 
 LABEL_NAMES = [
@@ -32,7 +33,15 @@ LABEL_NAMES = [
 
 
 def encode_batch(images: np.ndarray, labels: np.ndarray, label: str) -> bytes:
-    """(N, 32, 32, 3) uint8 HWC -> a pickled batch with channel-planar rows of 3072 bytes."""
+    """(N, 32, 32, 3) uint8 HWC -> a pickled batch with channel-planar rows of 3072 bytes.
+
+    N is at most 10000 and every label in 0-9, as in the real archive: the reader
+    refuses any other batch, so writing one would only fail later.
+    """
+    if not 1 <= len(images) <= ROWS_MAX or len(labels) != len(images):
+        raise ValueError(f"a CIFAR-10 batch holds 1 to {ROWS_MAX} images, one label each")
+    if not all(0 <= int(v) <= 9 for v in labels):
+        raise ValueError("CIFAR-10 labels are 0-9")
     planar = np.ascontiguousarray(images.transpose(0, 3, 1, 2)).reshape(len(images), 3072)
     return pickle.dumps(
         {
