@@ -137,12 +137,15 @@ def _header(info: tarfile.TarInfo, fmt: Literal[0, 1, 2] = tarfile.GNU_FORMAT) -
     return info.tobuf(format=fmt, encoding="utf-8", errors="surrogateescape")
 
 
-def _bomb(path: Path, header: bytes, zero_mib: int) -> Path:
-    """``header`` then ``zero_mib`` MiB of real zeros, then the valid members: gzip members
-    concatenated, so a gigabyte of content costs a megabyte of file and no time to write."""
+def _bomb(path: Path, header: bytes, zero_mib: int, instead_of: str = "") -> Path:
+    """``header`` then ``zero_mib`` MiB of real zeros, then the valid members (but
+    ``instead_of``, so the bomb is the only one of that name): gzip members concatenated,
+    so a gigabyte of content costs a megabyte of file and no time to write."""
     tail = io.BytesIO()
     with tarfile.open(fileobj=tail, mode="w") as tar:
         for name, payload in MEMBERS.items():
+            if name == instead_of:
+                continue
             info = tarfile.TarInfo(name)
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
@@ -191,7 +194,8 @@ def _load_with_capped_memory(path: Path) -> str:
 def test_a_member_declaring_a_gigabyte_is_refused_before_it_is_read(tmp_path: Path) -> None:
     info = tarfile.TarInfo(BATCH_1)
     info.size = GIB
-    line = _load_with_capped_memory(_bomb(tmp_path / "a.tar.gz", _header(info), 1024))
+    path = _bomb(tmp_path / "a.tar.gz", _header(info), 1024, instead_of=BATCH_1)
+    line = _load_with_capped_memory(path)
     assert f"declares '{BATCH_1}' as {GIB} bytes" in line
 
 
@@ -258,6 +262,31 @@ def test_a_batch_twice_a_link_as_a_batch_or_a_missing_batch_is_refused(tmp_path:
     assert "has no cifar-10-batches-py/test_batch" in _refusal(missing)
 
 
+def _stream_with(crafted: bytes, position: int) -> bytes:
+    """The valid members as an uncompressed tar stream, ``crafted`` inserted before member
+    ``position`` (after the last one when it equals their count)."""
+    stream = io.BytesIO()
+    for index, (member, payload) in enumerate(MEMBERS.items()):
+        if index == position:
+            stream.write(crafted)
+        stream.write(_header(_regular(member, payload)[0]))
+        stream.write(payload + bytes(-len(payload) % 512))
+    if position == len(MEMBERS):
+        stream.write(crafted)
+    stream.write(bytes(1024))
+    return stream.getvalue()
+
+
+@pytest.mark.timeout(60)
+def test_a_negative_size_is_refused_not_followed_backwards(tmp_path: Path) -> None:
+    """A base-256 size of -2**40 sent the old reader back to earlier headers, over and over."""
+    info = tarfile.TarInfo("cifar-10-batches-py/readme.html")
+    info.size = -(1 << 40)
+    path = tmp_path / data.ARCHIVE_NAME
+    path.write_bytes(gzip.compress(_stream_with(_header(info), 0)))
+    assert f"as {-(1 << 40)} bytes, outside the 0 to" in _refusal(path)
+
+
 TAR_TYPES = [
     tarfile.REGTYPE,
     tarfile.AREGTYPE,
@@ -277,6 +306,7 @@ _MEMBER_CAP = archive_reader.MEMBER_MAX_BYTES
 SIZES = [0, 700, _MEMBER_CAP, _MEMBER_CAP + 1, 8 * GIB - 1, 1 << 40, -1, -(1 << 40)]
 
 
+@pytest.mark.timeout(120)  # the old reader looped on a negative size
 @settings(max_examples=60)
 @given(
     kind=st.sampled_from(TAR_TYPES),
@@ -298,18 +328,9 @@ def test_a_crafted_header_anywhere_is_refused_or_harmless(
         info.linkname = "/etc/passwd"
     behind = min(max(size, 0), 4096)
     crafted = _header(info) + bytes(behind + -behind % 512)
-    stream = io.BytesIO()
-    for index, (member, payload) in enumerate(MEMBERS.items()):
-        if index == position:
-            stream.write(crafted)
-        stream.write(_header(_regular(member, payload)[0]))
-        stream.write(payload + bytes(-len(payload) % 512))
-    if position == len(MEMBERS):
-        stream.write(crafted)
-    stream.write(bytes(1024))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / data.ARCHIVE_NAME
-        path.write_bytes(gzip.compress(stream.getvalue(), compresslevel=1))
+        path.write_bytes(gzip.compress(_stream_with(crafted, position), compresslevel=1))
         try:
             data.load_archive(path)
             line = None
