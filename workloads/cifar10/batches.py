@@ -6,7 +6,7 @@ whatever it names and its BUILD opcodes hand any state to the object's
 ``numpy.dtype.__setstate__`` lets a ``V1`` dtype gain a field at any offset, and
 reading that field reads memory outside the array (or crashes the process).
 
-So NumPy never sees a value the pickle chose. Every global a batch may name
+So nothing the pickle writes reaches NumPy unchecked. Every global a batch may name
 resolves to one of the small objects below: ``numpy.dtype(...)`` to a
 :class:`_DtypeRequest`, ``_reconstruct(...)`` to an :class:`_ArrayRequest`, and a
 BUILD on them only records a state after checking it is the plain state that
