@@ -33,6 +33,7 @@ from tests.ansible.target import TargetHost, docker, start_target, target_image
 from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_stub_repos, serve_directory
 from tests.hardware.machines import H100_HGX
+from tests.support.image_registry import Repository, image_registry, repository_from_image
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(5400)]
 
@@ -108,6 +109,14 @@ def test_hgx_gets_dcgm_and_its_diagnostic_passes(hgx: HgxRun) -> None:
     assert hgx.first.returncode == 0, "converge failed; see the first test"
     assert _installed(hgx.host, "datacenter-gpu-manager-4-cuda12") == [
         "datacenter-gpu-manager-4-cuda12 1:4.2.3-1"]
+    # Its Recommends too (the profiling module), as NVIDIA installs it, although this host's
+    # apt is set not to (APT::Install-Recommends "false", tests/ansible/target.py).
+    assert hgx.host.exec("apt-config", "dump", "APT::Install-Recommends").stdout.strip() \
+        == 'APT::Install-Recommends "false";'
+    assert _installed(hgx.host, "datacenter-gpu-manager-4-proprietary-cuda12",
+                      "datacenter-gpu-manager-4-proprietary") == [
+        "datacenter-gpu-manager-4-proprietary 1:4.2.3-1",
+        "datacenter-gpu-manager-4-proprietary-cuda12 1:4.2.3-1"]
     assert hgx.host.exec("systemctl", "is-active", "nvidia-dcgm").stdout.strip() == "active"
     assert _said(hgx.first, f"DCGM diagnostic (dcgmi diag -r 1) on {hgx.host.name}: PASS")
 
@@ -135,20 +144,40 @@ def test_testinfra_fabric_checks_pass_on_the_hgx_host(hgx: HgxRun) -> None:
     assert "no NVSwitch on this host" not in suite.stdout, "the fabric checks must run here"
 
 
-# --- The DCGM exporter (issue 15.3), on the converged HGX host ---------------------------
-EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"  # the role's default
+# --- The DCGM exporter, on the converged HGX host ---------------------------------------
+EXPORTER_NAME = "nvidia/k8s/dcgm-exporter"
+EXPORTER_TAG = "4.5.2-4.8.1-ubuntu22.04"  # the role's default tag; the registry is the test's
 STANDIN = Path(__file__).parent / "standin" / "dcgm-exporter"
+
+
+@dataclass
+class ExporterContainer:
+    """What the host's dockerd and kernel say about the running exporter."""
+
+    inspect: dict[str, Any]
+    status: dict[str, str]  # /proc/1/status of the exporter's process, as the kernel sees it
+
+    @property
+    def host_config(self) -> dict[str, Any]:
+        return dict(self.inspect["HostConfig"])
+
+    @property
+    def cap_add(self) -> list[str]:
+        return [name.removeprefix("CAP_") for name in self.host_config["CapAdd"] or []]
 
 
 @dataclass
 class ExporterRuns:
     settings: Path  # the last run's exporter variables
+    image: str  # REGISTRY/PATH:TAG@sha256:DIGEST on the test's loopback registry
+    registry_requests: list[str]
     docker: PlaybookRun
     first: PlaybookRun
     second: PlaybookRun
     moved: PlaybookRun
     ports: tuple[int, int]
-    inspect: dict[str, Any]
+    plain: ExporterContainer  # after the second run: the defaults (no profiling)
+    profiling: ExporterContainer  # after the moved run: dcgm_exporter_profiling: true
     metrics_first: str
     metrics_moved: str
     old_port_answers: bool
@@ -169,11 +198,11 @@ def _metrics(port: int) -> str:
         return ""
 
 
-def _load_standin_exporter(host: TargetHost, workdir: Path) -> None:
-    """The stand-in built here under the exporter's NGC name, loaded into the host's dockerd.
+def _standin_exporter(workdir: Path) -> Repository:
+    """The stand-in built here, saved and made ready to serve under the exporter's NGC path.
 
-    NGC is unreachable: the image the role runs by its default name is this
-    one, already on the host, so `docker run` starts it without a pull.
+    NGC is unreachable: the host's dockerd pulls this one, by digest, from the test's
+    registry on 127.0.0.1 (tests/support/image_registry.py), as it would pull NVIDIA's.
     """
     context = workdir / "exporter-image"
     context.mkdir()
@@ -182,69 +211,131 @@ def _load_standin_exporter(host: TargetHost, workdir: Path) -> None:
         f"FROM {target_image()}\nCOPY dcgm-exporter /usr/bin/dcgm-exporter\n"
         "RUN chmod 0755 /usr/bin/dcgm-exporter\n"
         'CMD ["/usr/bin/dcgm-exporter"]\n')
-    docker("build", "--network", "none", "--tag", EXPORTER_IMAGE, str(context), timeout=600)
-    with subprocess.Popen(["docker", "save", EXPORTER_IMAGE], stdout=subprocess.PIPE) as save:
-        loaded = subprocess.run(["docker", "exec", "-i", host.name, "docker", "load"],
-                                stdin=save.stdout, capture_output=True, text=True, timeout=600,
-                                check=False)
-    docker("rmi", EXPORTER_IMAGE, check=False)
-    if loaded.returncode != 0:
-        raise RuntimeError(f"docker load in {host.name} failed: {loaded.stderr[-2000:]}")
+    tag = f"tfhost/dcgm-exporter-standin:{os.getpid()}"
+    docker("build", "--network", "none", "--tag", tag, str(context), timeout=600)
+    try:
+        return repository_from_image(tag, EXPORTER_NAME, EXPORTER_TAG, workdir)
+    finally:
+        docker("rmi", tag, check=False)
+
+
+def _container(host: TargetHost) -> ExporterContainer:
+    inspect = json.loads(host.exec("docker", "inspect", "dcgm-exporter").stdout)[0]
+    status = host.exec("cat", f"/proc/{inspect['State']['Pid']}/status").stdout
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return ExporterContainer(inspect, {key: value.strip() for key, value in fields.items()})
 
 
 @pytest.fixture(scope="module")
 def exporter(hgx: HgxRun, tmp_path_factory: pytest.TempPathFactory) -> ExporterRuns:
-    """Docker + the toolkit on the HGX host, then the exporter on, again, and on a new port."""
+    """Docker + the toolkit on the HGX host, then the exporter on, again, and on a new port
+    with profiling metrics."""
     assert hgx.first.returncode == 0, "converge failed; see the first test"
     workdir = tmp_path_factory.mktemp("exporter")
     inventory = hgx.vars_file.with_name("hgx.inventory.yml")
     docker_run = run_playbook(inventory, [hgx.vars_file], workdir / "docker.log",
                               "--tags", "docker,nvidia_container_toolkit", timeout=PLAY_TIMEOUT)
     assert docker_run.returncode == 0, docker_run.explain()
-    _load_standin_exporter(hgx.host, workdir)
+    standin = _standin_exporter(workdir)
     ports = (_free_port(), _free_port())
+    with image_registry() as registry:
+        registry.repositories[EXPORTER_NAME] = standin
+        image = registry.reference(EXPORTER_NAME)
 
-    def exporter_run(name: str, port: int) -> PlaybookRun:
-        settings = workdir / f"{name}-vars.yml"
-        # CI's dockerd has no bridge ("bridge": "none"): the exporter shares the host's
-        # network, and listens on the loopback address only.
-        settings.write_text(yaml.safe_dump({
-            "dcgm_exporter": True, "dcgm_exporter_network": "host",
-            "dcgm_exporter_address": "127.0.0.1", "dcgm_exporter_port": port}))
-        return run_playbook(inventory, [hgx.vars_file, settings], workdir / f"{name}.log",
-                            "--tags", "dcgm", timeout=PLAY_TIMEOUT)
+        def exporter_run(name: str, port: int, **extra: object) -> PlaybookRun:
+            settings = workdir / f"{name}-vars.yml"
+            # CI's dockerd has no bridge ("bridge": "none"): the exporter shares the host's
+            # network, and listens on the loopback address (the role's default) only.
+            settings.write_text(yaml.safe_dump({
+                "dcgm_exporter": True, "dcgm_exporter_network": "host",
+                "dcgm_exporter_image": image, "dcgm_exporter_port": port, **extra}))
+            return run_playbook(inventory, [hgx.vars_file, settings], workdir / f"{name}.log",
+                                "--tags", "dcgm", timeout=PLAY_TIMEOUT)
 
-    first = exporter_run("first", ports[0])
-    metrics_first = _metrics(ports[0])
-    second = exporter_run("second", ports[0])
-    inspect = json.loads(hgx.host.exec("docker", "inspect", "dcgm-exporter").stdout)[0]
-    hook_log = hgx.host.exec("cat", "/var/log/nvidia-stub/runtime-hook.log", check=False).stdout
-    moved = exporter_run("moved", ports[1])
-    metrics_moved = _metrics(ports[1])
-    old_port_answers = bool(_metrics(ports[0]))
+        first = exporter_run("first", ports[0])
+        metrics_first = _metrics(ports[0])
+        second = exporter_run("second", ports[0])
+        plain = _container(hgx.host)
+        hook_log = hgx.host.exec("cat", "/var/log/nvidia-stub/runtime-hook.log",
+                                 check=False).stdout
+        moved = exporter_run("moved", ports[1], dcgm_exporter_profiling=True)
+        metrics_moved = _metrics(ports[1])
+        profiling = _container(hgx.host) if moved.returncode == 0 else plain
+        old_port_answers = bool(_metrics(ports[0]))
+        requests = list(registry.requests)
     record_timing("HGX H100 stand-in: Docker + container toolkit", docker_run.seconds)
     record_timing("HGX H100 stand-in: DCGM exporter started", first.seconds)
-    return ExporterRuns(workdir / "moved-vars.yml", docker_run, first, second, moved, ports,
-                        inspect, metrics_first, metrics_moved, old_port_answers, hook_log)
+    return ExporterRuns(workdir / "moved-vars.yml", image, requests, docker_run, first, second,
+                        moved, ports, plain, profiling, metrics_first, metrics_moved,
+                        old_port_answers, hook_log)
 
 
 def test_the_exporter_runs_on_the_nvidia_runtime_with_the_gpus(exporter: ExporterRuns) -> None:
     assert exporter.first.returncode == 0, exporter.first.explain()
-    host_config = exporter.inspect["HostConfig"]
+    host_config = exporter.plain.host_config
     assert host_config["Runtime"] == "nvidia"
     assert host_config["RestartPolicy"]["Name"] == "unless-stopped"
     assert host_config["NetworkMode"] == "host"
     assert [(request["Count"], request["Capabilities"]) for request in
             host_config["DeviceRequests"]] == [(-1, [["gpu"]])]
-    assert exporter.inspect["Config"]["Image"] == EXPORTER_IMAGE
     # Docker ran the NVIDIA prestart hook for --gpus all (the stub logs each call).
     assert "prestart" in exporter.hook_log
+
+
+def test_the_exporter_image_is_pulled_by_its_digest(exporter: ExporterRuns) -> None:
+    """The pinned reference is what runs, and the registry was asked for the digest,
+    never for the tag (which could point anywhere by now)."""
+    digest = exporter.image.rsplit("@", 1)[1]
+    assert exporter.plain.inspect["Config"]["Image"] == exporter.image
+    manifests = [r for r in exporter.registry_requests if "/manifests/" in r]
+    assert manifests, exporter.registry_requests
+    assert all(r.endswith(f"/manifests/{digest}") for r in manifests), manifests
+
+
+def test_the_exporter_runs_with_no_capability_read_only_and_unprivileged(
+        exporter: ExporterRuns) -> None:
+    """The defaults, measured on the running container: Docker's record and the kernel's."""
+    host_config, status = exporter.plain.host_config, exporter.plain.status
+    assert host_config["CapDrop"] == ["ALL"]
+    assert exporter.plain.cap_add == []
+    assert host_config["Privileged"] is False
+    assert host_config["ReadonlyRootfs"] is True
+    assert host_config["SecurityOpt"] == ["no-new-privileges"]
+    assert set(host_config["Tmpfs"]) == {"/tmp"}
+    assert "noexec" in host_config["Tmpfs"]["/tmp"] and "nosuid" in host_config["Tmpfs"]["/tmp"]
+    assert exporter.plain.inspect["Config"]["User"] == "65534:65534"
+    # The kernel's view of the exporter process: no capability in any set, no way back to one.
+    assert status["Uid"].split()[:2] == ["65534", "65534"]
+    assert status["Gid"].split()[:2] == ["65534", "65534"]
+    for capability_set in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status[capability_set], 16) == 0, (capability_set, status[capability_set])
+    assert status["NoNewPrivs"] == "1"
+    # And it still serves: nothing more was needed.
+    assert "DCGM_FI_DEV_GPU_TEMP{" in exporter.metrics_first
+
+
+def test_profiling_metrics_add_sys_admin_alone_as_root(exporter: ExporterRuns) -> None:
+    """dcgm_exporter_profiling: true: CAP_SYS_ADMIN and nothing else, as root (Docker gives
+    a capability to root alone); everything else stays as tight."""
+    assert exporter.moved.returncode == 0, exporter.moved.explain()
+    host_config, status = exporter.profiling.host_config, exporter.profiling.status
+    assert host_config["CapDrop"] == ["ALL"]
+    assert exporter.profiling.cap_add == ["SYS_ADMIN"]
+    assert host_config["ReadonlyRootfs"] is True
+    assert host_config["SecurityOpt"] == ["no-new-privileges"]
+    assert exporter.profiling.inspect["Config"]["User"] == "0:0"
+    cap_sys_admin = 1 << 21
+    for capability_set in ("CapPrm", "CapEff", "CapBnd"):
+        assert int(status[capability_set], 16) == cap_sys_admin, (capability_set, status)
+    assert status["NoNewPrivs"] == "1"
+    assert _said(exporter.moved, "profiling metrics on (root, CAP_SYS_ADMIN)")
 
 
 def test_the_exporter_serves_metrics_and_the_play_says_so(exporter: ExporterRuns) -> None:
     assert "DCGM_FI_DEV_GPU_TEMP{" in exporter.metrics_first
     assert _said(exporter.first, f"http://127.0.0.1:{exporter.ports[0]}/metrics, 3 DCGM "
-                                 "metric(s) (DCGM_FI_DEV_GPU_TEMP, ...)")
+                                 "metric(s) (DCGM_FI_DEV_GPU_TEMP, ...), no capabilities, "
+                                 "user 65534:65534.")
 
 
 def test_the_exporter_rerun_changes_nothing(exporter: ExporterRuns) -> None:
@@ -252,7 +343,7 @@ def test_the_exporter_rerun_changes_nothing(exporter: ExporterRuns) -> None:
     assert exporter.second.recap["changed"] == 0, exporter.second.explain()
 
 
-def test_a_new_port_replaces_the_exporter(exporter: ExporterRuns) -> None:
+def test_a_new_port_and_profiling_replace_the_exporter(exporter: ExporterRuns) -> None:
     assert exporter.moved.returncode == 0, exporter.moved.explain()
     assert exporter.moved.recap["changed"] == 2, exporter.moved.explain()  # removed, started
     assert "DCGM_FI_DEV_GPU_TEMP{" in exporter.metrics_moved
@@ -268,7 +359,7 @@ def test_testinfra_exporter_check_passes_on_the_hgx_host(hgx: HgxRun,
          "--tfhost-vars", str(exporter.settings), "-p", "no:cacheprovider", "-q", "-rs"],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
-    assert "2 passed" in suite.stdout, suite.stdout[-2000:]
+    assert "3 passed" in suite.stdout, suite.stdout[-2000:]
 
 
 # Last in the module: it moves the HGX host to branch 575, which no test above expects.

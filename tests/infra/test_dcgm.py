@@ -7,6 +7,7 @@ a real GPU host alike.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -50,17 +51,43 @@ def test_dcgm_only_where_there_are_gpus(host: Any, tfvars: dict[str, Any]) -> No
         assert not any(versions.values()), f"DCGM installed on a host without GPUs: {versions}"
 
 
-def test_the_exporter_runs_and_serves_metrics_where_enabled(host: Any,
-                                                           tfvars: dict[str, Any]) -> None:
-    """dcgm_exporter: true -> the dcgm-exporter container, on the NVIDIA runtime, answers."""
+def _exporter_enabled(host: Any, tfvars: dict[str, Any]) -> None:
     if not (tfvars.get("dcgm_exporter") and _expected(host, tfvars)):
         pytest.skip("dcgm_exporter is off (the default) or this host gets no DCGM")
+
+
+def test_the_exporter_runs_and_serves_metrics_where_enabled(host: Any,
+                                                           tfvars: dict[str, Any]) -> None:
+    """dcgm_exporter: true -> the dcgm-exporter container, on the NVIDIA runtime, answers
+    on the address and port it was given."""
+    _exporter_enabled(host, tfvars)
     inspect = host.run("docker inspect --format '{{.State.Running}} {{.HostConfig.Runtime}} "
                        "{{.Config.Image}}' dcgm-exporter")
     assert inspect.rc == 0, "no dcgm-exporter container"
     assert inspect.stdout.split() == ["true", "nvidia", tfvars["dcgm_exporter_image"]]
-    port = tfvars["dcgm_exporter_port"]
+    address = tfvars.get("dcgm_exporter_address", "127.0.0.1")
+    address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(address, address)
+    url = f"http://{f'[{address}]' if ':' in address else address}:{tfvars['dcgm_exporter_port']}"
     metrics = host.run(f"python3 -c \"import urllib.request; print(urllib.request.urlopen("
-                       f"'http://127.0.0.1:{port}/metrics', timeout=10).read().decode())\"")
+                       f"'{url}/metrics', timeout=10).read().decode())\"")
     assert metrics.rc == 0, metrics.stderr
     assert re.search(r"(?m)^DCGM_FI_", metrics.stdout), metrics.stdout[:500]
+
+
+def test_the_exporter_has_the_least_privilege(host: Any, tfvars: dict[str, Any]) -> None:
+    """No capability but CAP_SYS_ADMIN for profiling metrics (as root, which Docker needs to
+    hand one over), otherwise an unprivileged user; no-new-privileges; a read-only root."""
+    _exporter_enabled(host, tfvars)
+    found = host.run("docker inspect dcgm-exporter")
+    assert found.rc == 0, "no dcgm-exporter container"
+    (container,) = json.loads(found.stdout)
+    config = container["HostConfig"]
+    profiling = bool(tfvars.get("dcgm_exporter_profiling", False))
+    assert config["CapDrop"] == ["ALL"]
+    assert [name.removeprefix("CAP_") for name in config["CapAdd"] or []] == (
+        ["SYS_ADMIN"] if profiling else [])
+    assert config["Privileged"] is False
+    assert config["ReadonlyRootfs"] is True
+    assert "no-new-privileges" in config["SecurityOpt"]
+    assert container["Config"]["User"] == (
+        "0:0" if profiling else tfvars.get("dcgm_exporter_user", "65534:65534"))
