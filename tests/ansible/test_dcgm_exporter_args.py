@@ -13,6 +13,7 @@ Ansible run per example would take seconds each.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import ipaddress
 import re
@@ -95,6 +96,7 @@ def test_every_bad_exporter_form_is_named_with_its_fix(tmp_path: Path) -> None:
 
 # --- The two decisions, over families of inputs ----------------------------------------
 
+@functools.cache
 def _ip_version() -> Callable[[object], int]:
     spec = importlib.util.spec_from_file_location(
         "dcgm_ip_literal", ROLE / "filter_plugins" / "ip_literal.py")
@@ -105,9 +107,14 @@ def _ip_version() -> Callable[[object], int]:
     return found
 
 
-dcgm_ip_version = _ip_version()
-IMAGE_PATTERN = re.compile(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())[
-    "__dcgm_exporter_image_pattern"])
+def dcgm_ip_version(value: object) -> int:
+    return _ip_version()(value)
+
+
+@functools.cache
+def _image_pattern() -> re.Pattern[str]:
+    variables = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    return re.compile(variables["__dcgm_exporter_image_pattern"])
 
 
 @given(st.ip_addresses())
@@ -142,7 +149,7 @@ def test_the_default_image_is_pinned_by_registry_tag_and_digest() -> None:
     default = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())["dcgm_exporter_image"]
     spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
     assert spec["argument_specs"]["main"]["options"]["dcgm_exporter_image"]["default"] == default
-    assert IMAGE_PATTERN.match(default)
+    assert _image_pattern().match(default)
     assert default.startswith("nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-ubuntu22.04@sha256:")
 
 
@@ -156,7 +163,7 @@ _digests = st.from_regex(r"[0-9a-f]{64}", fullmatch=True)
 @given(_registries, _paths, _tags, _digests)
 def test_an_image_with_registry_tag_and_digest_is_accepted(registry: str, path: str, tag: str,
                                                            digest: str) -> None:
-    assert IMAGE_PATTERN.match(f"{registry}/{path}:{tag}@sha256:{digest}")
+    assert _image_pattern().match(f"{registry}/{path}:{tag}@sha256:{digest}")
 
 
 @given(_registries, _paths, _tags, _digests, st.sampled_from([
@@ -180,4 +187,4 @@ def test_an_image_without_any_part_is_refused(registry: str, path: str, tag: str
         "newline": f"{registry}/{path}:{tag}@sha256:{digest}\n",
         "docker-hub-user": f"nvidia/{path}:{tag}@sha256:{digest}",
     }[damage]
-    assert not IMAGE_PATTERN.match(image), image
+    assert not _image_pattern().match(image), image
