@@ -32,9 +32,14 @@ if [[ ! -x .venv/bin/python ]]; then
   fi
   "$python" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-# The runtime set first, exactly as locked, every file checked against its hash
+# pip itself first, at the locked version and hash (requirements/pip.txt): the pip that
+# then checks every other hash is not taken from the index unchecked.
+.venv/bin/python -m pip install -q --require-hashes --no-deps -r requirements/pip.txt \
+  || die "installing requirements/pip.txt failed (a hash mismatch means a file differs from the locked one)"
+# The runtime set, exactly as locked, every file checked against its hash
 # (requirements/*.txt, from scripts/lock-deps.sh; the images install the same files).
+# It holds the build requirements too (setuptools, wheel), so the package itself is built
+# with those (--no-build-isolation) instead of copies fetched unchecked for the build.
 # The dev tools are not hash-locked: see README.md "Dependencies" for why.
 case ",$extras," in
   *,gpu,*) lock=requirements/gpu.txt ;;
@@ -42,4 +47,4 @@ case ",$extras," in
 esac
 .venv/bin/python -m pip install -q --require-hashes --no-deps -r "$lock" \
   || die "installing $lock failed (a hash mismatch means a file differs from the locked one)"
-.venv/bin/python -m pip install -q -e ".[$extras]"
+.venv/bin/python -m pip install -q --no-build-isolation -e ".[$extras]"

@@ -73,7 +73,7 @@ def test_dependency_layer_precedes_source() -> None:
     """Editing workloads/ must not reinstall TensorFlow: the heavy layers come first."""
     for flavour, path in DOCKERFILES.items():
         text = path.read_text()
-        assert text.index("/opt/lib/install-deps /tmp/") < text.index("COPY workloads /tmp/src"), \
+        assert text.index("/opt/lib/install-deps ") < text.index("COPY workloads /tmp/src"), \
             flavour
 
 
@@ -115,6 +115,18 @@ def test_venv_images_install_the_hash_locked_set(flavour: str, lock: str) -> Non
     assert f"COPY requirements/{lock}.txt /tmp/lock/requirements.txt" in text
     assert "/opt/lib/install-deps /tmp/lock/requirements.txt" in text
     assert not re.search(r"pip install [^\n]*tensorflow", text)  # nothing outside the lock
+
+
+def test_the_ngc_image_adds_only_hash_locked_packages_around_its_base() -> None:
+    """What NGC's base lacks comes from requirements/ngc.txt, hash-checked (install-deps
+    --around-base); nothing is resolved from an index unchecked."""
+    text = DOCKERFILES["ngc"].read_text()
+    assert "COPY pyproject.toml requirements/ngc.txt /tmp/project/" in text
+    (install,) = [run for run in _runs(DOCKERFILES["ngc"]) if "install-deps" in run]
+    assert "/opt/lib/install-deps --around-base /tmp/project/ngc.txt /tmp/project/pyproject.toml" \
+        in install
+    assert "images/lib/lock-subset" in text
+    assert "pip install" not in text
 
 
 def test_with_build_ca_adds_the_secret_for_one_command_only(tmp_path: Path) -> None:
@@ -172,7 +184,8 @@ def test_dockerignore_sends_only_what_the_images_need() -> None:
                 if line and not line.startswith("#")]
     sent = set(exclude_paths(str(REPO), patterns, dockerfile="images/cpu/Dockerfile"))
     for needed in ("pyproject.toml", "README.md", "workloads/cli.py", "workloads/style/weights.py",
-                   "images/lib/install-deps", "requirements/cpu.txt", "requirements/gpu.txt"):
+                   "images/lib/install-deps", "images/lib/lock-subset", "requirements/cpu.txt",
+                   "requirements/gpu.txt", "requirements/ngc.txt"):
         assert needed in sent, needed
     for kept_out in (".venv", "tests", "results", "scripts/docker-engine.sh", ".git"):
         assert not any(p == kept_out or p.startswith(kept_out + "/") for p in sent), kept_out
