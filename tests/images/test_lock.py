@@ -12,6 +12,7 @@ from its lock, is tested here too.
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import subprocess
 import sys
@@ -165,6 +166,7 @@ def test_lock_subset_keeps_the_base_and_replaces_only_what_it_is_told(tmp_path: 
     ]
 
 
+@functools.cache
 def _subset_function() -> Callable[[str, str, list[str]], list[str]]:
     loader = importlib.machinery.SourceFileLoader("lock_subset", str(LOCK_SUBSET))
     module = types.ModuleType(loader.name)
@@ -173,7 +175,8 @@ def _subset_function() -> Callable[[str, str, list[str]], list[str]]:
     return found
 
 
-subset = _subset_function()
+def subset(lock_text: str, installed_text: str, replace: list[str]) -> list[str]:
+    return _subset_function()(lock_text, installed_text, replace)
 
 
 @given(st.sampled_from(["typing-extensions", "psweep", "numpy", "keras"]),
