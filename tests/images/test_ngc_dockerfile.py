@@ -12,6 +12,7 @@ dependencies go in around the base's packages without replacing any of them
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,8 @@ from tests.images.image_checks import (
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
+REPO = Path(__file__).resolve().parents[2]
+
 FREE_TO_CHANGE = {"pip", "setuptools", "wheel", "keras"}
 
 
@@ -43,6 +46,15 @@ def _installed(image: str) -> dict[str, str]:
                 user="0:0")
     pairs = (line.split("==", 1) for line in text.split() if "==" in line)
     return {name.lower().replace("_", "-"): version for name, version in pairs}
+
+
+def _locked_versions() -> dict[str, set[str]]:
+    """name -> the versions requirements/ngc.txt pins for it (one per environment marker)."""
+    text = (REPO / "requirements" / "ngc.txt").read_text()
+    locked: dict[str, set[str]] = {}
+    for name, version in re.findall(r"(?m)^([A-Za-z0-9_.-]+)==([^\s;]+)", text):
+        locked.setdefault(name.lower().replace("_", "-"), set()).add(version)
+    return locked
 
 
 def _layers_contain(image: str, needle: bytes) -> bool:
@@ -66,6 +78,15 @@ def test_ngc_dockerfile_keeps_the_base_packages(ngc: tuple[str, str]) -> None:
     assert changed == {}
     assert after["tensorflow"] == "2.21.0"
     assert {"workloads", "psweep", "pandas", "matplotlib"} <= set(after)
+    # Everything the image added or replaced is at the version requirements/ngc.txt pins
+    # (installed hash-checked): nothing was resolved from the index on the way.
+    locked = _locked_versions()
+    added = {name: version for name, version in after.items()
+             if name != "workloads" and before.get(name) != version}
+    assert added, "the build installed nothing"
+    unlocked = {name: version for name, version in added.items()
+                if version not in locked.get(name, set())}
+    assert unlocked == {}, f"installed outside requirements/ngc.txt: {unlocked}"
     assert run_once(image, ["--version"]).strip() == "workloads 0.1.0"
     import docker
 
