@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.errors import WorkloadError
+from workloads.safefs import UnsafePath, open_file
 
 SCHEMA_VERSION = 1
 LOG_NAME = "records.jsonl"
@@ -65,8 +66,13 @@ def ensure_writable(path: Path) -> Path:
     return path
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see either the old file or the new one."""
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` so readers see either the old file or the new one.
+
+    Never writes through a link: the temporary file is created new (``O_EXCL``),
+    its mode set on the descriptor, and ``rename`` replaces whatever entry
+    ``path`` was (a planted link included) rather than following it.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -74,8 +80,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -116,6 +122,12 @@ def write_record(record: Mapping[str, Any], path: Path, log: Path | None = None)
     line = json.dumps(record, default=_json_default, separators=(",", ":")) + "\n"
     try:
         append_line(log, line.encode())
+    except UnsafePath as exc:
+        where = f"{log.name} beside it" if log.parent == path.parent else str(log)
+        raise WorkloadError(
+            f"the record is safe in {path}, but {where} {exc.reason}: not appended",
+            "check and remove it; reports read the record file itself",
+        ) from exc
     except OSError as exc:
         raise WorkloadError(
             f"the record is safe in {path}, but appending it to {log} failed "
@@ -135,10 +147,15 @@ def append_line(log: Path, line: bytes) -> None:
     ``O_APPEND`` is not atomic): a torn last line left by an earlier writer is cut
     off, the line is written in a loop until whole, and on failure the file is cut
     back to where it ended.
+
+    The log is opened without following a link and must be a regular file of
+    ours with one link (:func:`workloads.safefs.open_file`): results directories
+    may be shared, and a planted ``records.jsonl`` link would otherwise have its
+    target cut and appended to. Such a log raises :class:`UnsafePath`, untouched.
     """
     if not line.endswith(b"\n") or b"\n" in line[:-1]:
         raise ValueError("append_line takes exactly one line ending in a newline")
-    fd = os.open(log, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_file(Path(log), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         end = _repair_torn_tail(fd)

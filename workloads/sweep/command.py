@@ -30,7 +30,6 @@ backends:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
@@ -160,8 +159,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def sweep_directory(given: Path | None, spec_path: Path) -> Path:
-    """The sweep's directory, created and checked writable before any run starts."""
+    """The sweep's directory, created and checked before anything is written in it.
+
+    Checked (:func:`workloads.safefs.trusted_directory`): yours, writable by nobody
+    else, and no directory above it writable by everyone without the sticky bit.
+    In a shared directory, links planted for the sweep's files would otherwise
+    choose where its writes land, and its pickled database who runs what.
+    """
     from workloads.records import ensure_writable
+    from workloads.safefs import directory_fd, make_directory
 
     if given is None:
         base = Path(os.environ.get("WORKLOADS_RESULTS", "results"))
@@ -172,10 +178,9 @@ def sweep_directory(given: Path | None, spec_path: Path) -> Path:
     if not directory.exists():
         # Created private to writers whatever the umask (002 on many systems): the
         # database is only ever read from a directory nobody else may write.
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):  # another process was first: checked on read
-            directory.mkdir(mode=0o755)
-            directory.chmod(0o755)
+        make_directory(directory)
+    with directory_fd(directory):
+        pass  # the trust check, before the probe below writes anything in it
     ensure_writable(directory / "database.pk")
     return directory
 

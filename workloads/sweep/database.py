@@ -15,6 +15,7 @@ reports the sweep.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import stat
@@ -27,6 +28,7 @@ import psweep as ps
 
 from workloads.errors import WorkloadError
 from workloads.records import atomic_write_bytes
+from workloads.safefs import UnsafePath
 from workloads.sweep.lock import DATABASE_LOCK, exclusive
 
 DATABASE = "database.pk"
@@ -40,8 +42,8 @@ class DatabaseWriteError(WorkloadError):
     catches it to keep the row and try again while its other runs go on.
     """
 
-    def __init__(self, path: Path, exc: OSError) -> None:
-        self.reason = exc.strerror or str(exc)
+    def __init__(self, path: Path, exc: OSError | UnsafePath) -> None:
+        self.reason = exc.problem if isinstance(exc, UnsafePath) else exc.strerror or str(exc)
         super().__init__(
             f"cannot write {path} ({self.reason}); the finished runs' records are in their "
             "run directories",
@@ -54,12 +56,17 @@ def check_trusted(path: Path) -> None:
     """Refuse ``path`` unless this user owns it and neither group nor others may write it.
 
     ``os.stat`` follows symbolic links on purpose: what counts is the file or
-    directory that would be read. Called before every read of the database.
+    directory that would be read. Called before every read of the database (whose
+    file is then checked again on the descriptor it is read from).
     """
     try:
         info = os.stat(path)
     except FileNotFoundError:
         return
+    _refuse_untrusted(info, path)
+
+
+def _refuse_untrusted(info: os.stat_result, path: Path) -> None:
     kind = "sweep directory" if stat.S_ISDIR(info.st_mode) else "sweep database"
     if info.st_uid != os.geteuid():
         raise WorkloadError(
@@ -76,6 +83,49 @@ def check_trusted(path: Path) -> None:
         )
 
 
+def _load(path: Path) -> pd.DataFrame | None:
+    """psweep's ``df_read``, from a descriptor checked to be a trusted regular file.
+
+    Opened without following a link (the sweep never makes one: it replaces the
+    file by rename), so what is checked is what is unpickled. ``None`` when absent.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise WorkloadError(
+            f"sweep database {path} is a symbolic link", "replace it with the file itself"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise WorkloadError(
+                f"sweep database {path} is not a regular file", "move it aside and run again"
+            )
+        _refuse_untrusted(info, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            df = pickle.load(fh)
+        except Exception as exc:  # whatever a broken pickle raises: one line, not a traceback
+            raise WorkloadError(
+                f"sweep database {path} is not a psweep database ({type(exc).__name__})",
+                "move it aside: the next sweep adopts the finished runs from their records",
+            ) from None
+    if not isinstance(df, pd.DataFrame):
+        raise WorkloadError(
+            f"sweep database {path} holds a {type(df).__name__}, not a DataFrame",
+            "move it aside: the next sweep adopts the finished runs from their records",
+        )
+    return df
+
+
 class SweepDatabase:
     """Read and extend the database of one sweep directory."""
 
@@ -90,10 +140,8 @@ class SweepDatabase:
         The directory and the file are checked first (:func:`check_trusted`).
         """
         check_trusted(self.directory)
-        check_trusted(self.path)
-        if not self.path.exists():
-            return pd.DataFrame(dtype=object)
-        return ps.df_read(str(self.path))
+        df = _load(self.path)
+        return pd.DataFrame(dtype=object) if df is None else df
 
     def status_by_hash(self) -> dict[str, bool]:
         """``{pset hash: failed?}`` for every run in the database."""
@@ -115,8 +163,17 @@ class SweepDatabase:
         """
         try:
             self._add(row)
-        except OSError as exc:
+        except (OSError, UnsafePath) as exc:
             raise DatabaseWriteError(self.path, exc) from exc
+
+    def check_writable(self) -> None:
+        """Open (creating) the lock beside the database once, before any run starts.
+
+        A planted ``.database.lock`` is then refused at the start, in one line,
+        rather than at the first row.
+        """
+        with exclusive(self._lock):
+            pass
 
     def _add(self, row: Mapping[str, Any]) -> None:
         with exclusive(self._lock):

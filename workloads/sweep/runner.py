@@ -23,13 +23,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import pandas as pd
 
-from workloads.errors import OutOfMemory
+from workloads.errors import OutOfMemory, WorkloadError
+from workloads.safefs import open_file
 from workloads.sweep.expand import Pset
-from workloads.sweep.lock import RUN_LOCK, claim_run
+from workloads.sweep.lock import RUN_LOCK, open_claim
 from workloads.sweep.slots import Slot
 from workloads.sweep.workload import Workload
 
@@ -59,7 +60,7 @@ class Running:
     slot: Slot
     process: subprocess.Popen[bytes]
     started: float
-    log: TextIO
+    log: int | None  # fd of run.log, the run's stdout and stderr (closed by release)
     deadline: float | None = None
     timed_out: bool = False
     claim: int | None = None  # fd holding the run directory's lock (lock.claim_run)
@@ -84,58 +85,91 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+class RunNotStarted(WorkloadError):
+    """A run could not be started (a full disk, an I/O error at its claim or log): it never ran.
+
+    Nothing of it runs and nothing measured is lost; the sweep keeps it for later
+    (:mod:`workloads.sweep.scheduler`), like a row it could not write.
+    """
+
+    def __init__(self, directory: Path, exc: OSError) -> None:
+        self.reason = exc.strerror or str(exc)
+        super().__init__(
+            f"cannot start run {directory.name} in {directory.parent} ({self.reason})",
+            "free space (or fix the disk) and run the sweep again: the runs not started run then",
+        )
+
+
 def start(ctx: RunContext, pset: Pset, slot: Slot, timeout: float | None = None) -> Running:
     """Claim the run's directory, clear it (a leftover of an interrupted attempt), launch it.
 
-    Raises :class:`RunBusy`, touching nothing, when another process holds the claim.
+    Raises :class:`RunBusy`, touching nothing, when another process holds the claim,
+    :class:`~workloads.safefs.UnsafePath` when something planted is in the way, and
+    :class:`RunNotStarted` when the disk refuses (``ENOSPC``...): no process started.
     """
     directory = run_dir(ctx.directory, pset)
-    claim = claim_run(directory)
     try:
-        _clear(directory)
+        claim, folder = open_claim(directory)
+    except OSError as exc:
+        raise RunNotStarted(directory, exc) from exc
+    try:
+        _clear(folder)
         output = directory / ctx.workload.output_name
         argv = ctx.workload.command(pset.params, str(output))
-        log = open(directory / LOG_NAME, "w")  # noqa: SIM115 - closed in finish()
+        log = open_file(directory / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, dir_fd=folder)
+        try:
+            _write_all(log, ("$ " + " ".join(argv) + "\n").encode())
+            parent = os.getpid()
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=slot.environ(os.environ),
+                start_new_session=True,
+                pass_fds=(claim,),  # the run holds its claim too, for as long as it lives
+                preexec_fn=lambda: _die_with_parent(parent),  # safe: the sweep runs one thread
+            )
+        except BaseException:
+            os.close(log)
+            raise
+    except OSError as exc:
+        os.close(claim)
+        raise RunNotStarted(directory, exc) from exc
     except BaseException:
         os.close(claim)
         raise
-    log.write("$ " + " ".join(argv) + "\n")
-    log.flush()
-    parent = os.getpid()
-    try:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=slot.environ(os.environ),
-            start_new_session=True,
-            pass_fds=(claim,),  # the run holds its claim too, for as long as it lives
-            preexec_fn=lambda: _die_with_parent(parent),  # safe: the sweep runs one thread
-        )
-    except BaseException:
-        log.close()
-        os.close(claim)
-        raise
+    finally:
+        os.close(folder)
     now = time.time()
     deadline = now + timeout if timeout else None
     return Running(pset, slot, process, now, log, deadline=deadline, claim=claim)
 
 
-def _clear(directory: Path) -> None:
-    """Remove everything in a claimed run directory but the claim itself."""
-    for entry in directory.iterdir():
-        if entry.name == RUN_LOCK:
+def _write_all(fd: int, data: bytes) -> None:
+    """``write`` until all of ``data`` is out (a nearly full disk writes short)."""
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _clear(folder: int) -> None:
+    """Remove everything in a claimed run directory but the claim itself (links not followed)."""
+    with os.scandir(folder) as entries:
+        names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+    for name, is_dir in names:
+        if name == RUN_LOCK:
             continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
+        if is_dir:
+            shutil.rmtree(name, dir_fd=folder)
         else:
-            entry.unlink()
+            os.unlink(name, dir_fd=folder)
 
 
 def release(running: Running) -> None:
     """Close the run's log and drop this process's hold on its claim (idempotent)."""
-    running.log.close()
+    if running.log is not None:
+        os.close(running.log)
+        running.log = None
     if running.claim is not None:
         os.close(running.claim)
         running.claim = None

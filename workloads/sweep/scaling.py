@@ -9,7 +9,9 @@ the terminal and to ``<dir>/scaling.json``, which ``workloads report`` shows.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import platform
 import shutil
 import sys
@@ -21,6 +23,7 @@ from rich.table import Table
 
 from workloads.errors import WorkloadError
 from workloads.records import atomic_write_bytes, utc_now
+from workloads.safefs import directory_fd, subdirectory
 from workloads.sweep.database import SweepDatabase
 from workloads.sweep.expand import Pset
 from workloads.sweep.lock import sweep_lock
@@ -76,10 +79,7 @@ def scan(
     steps: list[dict[str, Any]] = []
     with sweep_lock(directory):  # the devices are the scan's alone
         for n in counts:
-            step_dir = directory / "scaling" / f"{n}-workers"
-            if step_dir.exists():
-                shutil.rmtree(step_dir)  # a measurement starts from nothing
-            step_dir.mkdir(parents=True)
+            step_dir = _fresh_step_dir(directory, n)
             save_spec(spec, step_dir)
             database = SweepDatabase(step_dir)
             ctx = RunContext(step_dir, spec.workload, ps.get_uuid(), 0, n)
@@ -108,6 +108,24 @@ def scan(
     console(stderr=False).print(scaling_table(result))
     out.print(f"wrote {directory / SCALING_JSON}")
     return 0 if all(step["failed"] == 0 for step in steps) else 1
+
+
+def _fresh_step_dir(directory: Path, workers: int) -> Path:
+    """``<dir>/scaling/<N>-workers``, emptied (a measurement starts from nothing).
+
+    Made through descriptors of the checked sweep directory, never through a link.
+    """
+    top = directory / "scaling"
+    step = top / f"{workers}-workers"
+    with directory_fd(directory) as parent:
+        scaling = subdirectory(parent, top.name, top)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(step.name, dir_fd=scaling)
+        os.close(subdirectory(scaling, step.name, step))
+    finally:
+        os.close(scaling)
+    return step
 
 
 def scaling_table(result: dict[str, Any]) -> Table:

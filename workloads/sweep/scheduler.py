@@ -12,6 +12,13 @@ no new run starts (it would need the same disk). Once the runs in flight have
 ended, the writes are tried for ``WORKLOADS_SWEEP_DB_RETRY_S`` more seconds (time
 to free some space); if they still fail the sweep ends with one line and exit 2,
 and the next sweep adopts the finished runs from their records.
+
+A run that cannot start for the same reasons (its claim, directory or log
+cannot be written) is treated alike: it is not started and stays first in line,
+the runs in flight go on, and it is tried again at every poll; once nothing is
+in flight, for the same ``WORKLOADS_SWEEP_DB_RETRY_S``, then one line and exit 2.
+A run whose directory holds something planted (:class:`UnsafePath`) is left out
+with one line, as one still live elsewhere (:class:`RunBusy`) is.
 """
 
 from __future__ import annotations
@@ -22,10 +29,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from workloads.safefs import UnsafePath
 from workloads.sweep.database import DatabaseWriteError, SweepDatabase
 from workloads.sweep.expand import Pset
 from workloads.sweep.lock import RunBusy
-from workloads.sweep.runner import RunContext, Running, finish, start, stop
+from workloads.sweep.runner import RunContext, Running, RunNotStarted, finish, start, stop
 from workloads.sweep.slots import Slot
 
 POLL_SECONDS = 0.25
@@ -63,16 +71,23 @@ def execute(
     running: list[Running] = []
     rows: list[dict[str, Any]] = []
     unsaved = _Unsaved(database, observer)
+    blocked = _Unstartable(observer)
     try:
         while pending or running:
             if unsaved and not running:
                 unsaved.finish()  # nothing in flight: wait for the disk, or give up
             while pending and free and not unsaved:
+                pset = pending.popleft()
                 try:
-                    run = start(ctx, pending.popleft(), free[0], run_timeout)
-                except RunBusy as exc:  # a requeued array task still runs it: leave it be
+                    run = start(ctx, pset, free[0], run_timeout)
+                except (RunBusy, UnsafePath) as exc:  # live elsewhere, or planted: leave it be
                     observer.note(f"{exc.one_line()}; not run by this sweep")
                     continue
+                except RunNotStarted as exc:  # the disk: keep it first, try at the next poll
+                    pending.appendleft(pset)
+                    blocked.failed(exc, idle=not running)
+                    break
+                blocked.started()
                 free.popleft()
                 running.append(run)
                 observer.run_started(run)
@@ -142,6 +157,36 @@ class _Unsaved:
                 assert self.error is not None
                 raise self.error
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+class _Unstartable:
+    """The state of runs that could not start (:class:`RunNotStarted`): one line per reason."""
+
+    def __init__(self, observer: Observer) -> None:
+        self.observer = observer
+        self.error: RunNotStarted | None = None
+        self.deadline: float | None = None
+
+    def failed(self, exc: RunNotStarted, idle: bool) -> None:
+        """Note a failed start; with nothing in flight, give up once the retry time is over."""
+        if self.error is None or exc.reason != self.error.reason:
+            self.observer.note(
+                f"{exc.problem}: not started, runs in flight go on, no new run starts "
+                "until it can"
+            )
+        self.error = exc
+        if not idle:
+            self.deadline = None
+            return
+        if self.deadline is None:
+            self.deadline = time.monotonic() + _retry_seconds()
+        if time.monotonic() >= self.deadline:
+            raise exc
+
+    def started(self) -> None:
+        if self.error is not None:
+            self.observer.note("runs start again: the sweep goes on")
+        self.error, self.deadline = None, None
 
 
 def _retry_seconds() -> float:

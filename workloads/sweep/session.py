@@ -49,6 +49,7 @@ def prepare(spec: SweepSpec, directory: Path, workers: int) -> tuple[SweepDataba
                 f"{directory} holds a sweep of workload {others[0]!r}, not {spec.workload.name!r}",
                 "give this sweep another --dir",
             )
+    database.check_writable()
     save_spec(spec, directory)
     # A job array's tasks share their submission's invocation: its id and sequence number.
     run_id = os.environ.get("WORKLOADS_SWEEP_RUN_ID") or ps.get_uuid()
@@ -68,7 +69,13 @@ def _env_int(name: str) -> int | None:
 def save_spec(spec: SweepSpec, directory: Path) -> None:
     """The normalised spec beside the database: the report's axes and centre."""
     text = yaml.safe_dump(spec.as_dict(), sort_keys=False, default_flow_style=None)
-    atomic_write_bytes(directory / SPEC_COPY, text.encode())
+    try:
+        atomic_write_bytes(directory / SPEC_COPY, text.encode())
+    except OSError as exc:  # a full disk, or a directory where the file goes: before any run
+        raise WorkloadError(
+            f"cannot write {directory / SPEC_COPY} ({exc.strerror or exc})",
+            "free space (or move aside what is there) and run the sweep again",
+        ) from exc
 
 
 def run_sweep(

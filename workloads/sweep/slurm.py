@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
@@ -33,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from workloads.errors import WorkloadError
-from workloads.records import atomic_write_bytes, utc_now
+from workloads.records import append_line, atomic_write_bytes, utc_now
+from workloads.safefs import directory_fd, make_directory, subdirectory
 from workloads.sweep.database import SweepDatabase
 from workloads.sweep.expand import Pset
 from workloads.sweep.lock import sweep_lock
@@ -253,12 +255,14 @@ class ArrayJob:
     def write(self) -> Path:
         """``slurm/psets.txt`` and ``slurm/array.sbatch``; the script's path."""
         self.check()
-        self.folder.mkdir(parents=True, exist_ok=True)
+        if not self.directory.exists():
+            make_directory(self.directory)
+        with directory_fd(self.directory) as parent:  # made in the checked directory
+            os.close(subdirectory(parent, self.folder.name, self.folder))
         atomic_write_bytes(self.folder / PSETS, "".join(f"{p.pset_id}\n" for p in self.todo)
                            .encode())
         script = self.folder / SCRIPT
-        atomic_write_bytes(script, self.script().encode())
-        script.chmod(0o755)
+        atomic_write_bytes(script, self.script().encode(), mode=0o755)
         return script
 
     def submit(self) -> str:
@@ -279,8 +283,7 @@ class ArrayJob:
             "submitted_at": utc_now(),
             "sbatch_args": list(self.options.sbatch_args),
         }
-        with open(self.folder / SUBMISSIONS, "a") as log:
-            log.write(json.dumps(entry) + "\n")
+        append_line(self.folder / SUBMISSIONS, (json.dumps(entry) + "\n").encode())
         return job_id
 
 
