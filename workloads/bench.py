@@ -85,6 +85,8 @@ def register(sub: Any) -> None:
 
 
 def run_cifar10(args: argparse.Namespace) -> int:
+    output = ensure_writable(args.output)  # before TensorFlow loads: a mistake costs no import
+
     import dataclasses
     import statistics
 
@@ -93,7 +95,6 @@ def run_cifar10(args: argparse.Namespace) -> int:
     from workloads.cifar10.train import TrainConfig, fast_cpu_config, train
     from workloads.envinfo import collect_env
 
-    output = ensure_writable(args.output)
     base = TrainConfig(
         model=args.model,
         epochs=2,

@@ -9,8 +9,10 @@ module must not import a deep-learning framework at import time, so that
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -65,11 +67,25 @@ environment:
 """
 
 
+# argparse's "invalid choice: 'x' (choose from 'a', 'b', ...)" (Python 3.11 and 3.12 quoting)
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)$")
+LONG_LINE = 160  # an error line longer than this lists no choices; '--help' has them
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line with the way to get help."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+        line = f"{self.prog}: error: {message}; see '{self.prog} --help'"
+        match = _INVALID_CHOICE.search(message)
+        if match and len(line) > LONG_LINE:
+            # Every choice would make the line too long to read: the closest ones instead.
+            choices = re.findall(r"'([^']*)'", match["choices"])
+            close = difflib.get_close_matches(match["value"], choices, n=3)
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+            message = message[: match.start("value") - 1] + f"'{match['value']}'{hint}"
+            line = f"{self.prog}: error: {message}; see '{self.prog} --help'"
+        self.exit(2, line + "\n")
 
 
 def positive_int(text: str) -> int:

@@ -149,9 +149,8 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
-    from workloads.cifar10.train import TrainConfig
-
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse contradicting or impossible options: cheap, so before TensorFlow is imported."""
     if args.log_every < 0:
         raise WorkloadError(f"--log-every must be >= 0, got {args.log_every}", "use 0 to disable")
     if args.save_model and not str(args.save_model).endswith(".keras"):
@@ -162,6 +161,17 @@ def config_from_args(args: argparse.Namespace) -> Any:
         raise WorkloadError(
             "--data-dir given with --data synthetic", "add --data cifar10 to train on the archive"
         )
+    if args.data_dir and not Path(args.data_dir).exists():
+        raise WorkloadError(
+            f"--data-dir {args.data_dir} not found", "check the path, or drop --data-dir"
+        )
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The training config (the options checked first, see :func:`check_args`)."""
+    check_args(args)
+    from workloads.cifar10.train import TrainConfig  # imports TensorFlow: after the checks
+
     return TrainConfig(
         model=args.model,
         data=args.data,
@@ -193,10 +203,11 @@ def run(args: argparse.Namespace) -> int:
         # A SLURM worker re-executes itself once with workloads/netbind preloaded: here,
         # before anything imports Keras (and with it TensorFlow), so the load is paid once.
         multiworker.bind_to_node()
+    check_args(args)  # all of this before TensorFlow loads: a mistake costs no import
+    output = ensure_writable(args.output or default_output("cifar10", args.model))
+    if args.save_model:
+        ensure_writable(Path(args.save_model))
     config = config_from_args(args)
-    output = ensure_writable(args.output or default_output("cifar10", config.model))
-    if config.save_model:
-        ensure_writable(Path(config.save_model))
     record = new_record("cifar10", params=asdict(config))
 
     from workloads.cifar10.train import train

@@ -141,7 +141,8 @@ def verify(path: Path) -> None:
     actual = sha256sum(path)
     if actual != expected:
         raise WorkloadError(
-            f"{path} has SHA-256 {actual}, expected {expected} (corrupt or wrong file)",
+            f"{path} has SHA-256 {actual[:16]}..., expected {expected[:16]}... "
+            "(corrupt or wrong file)",
             f"delete it and download {ARCHIVE_NAME} again",
         )
 
@@ -160,10 +161,9 @@ def fetch(url: str, dest: Path) -> Path:
             f"{dest.parent} by hand",
         ) from exc
     except ChecksumMismatch as exc:
-        raise WorkloadError(
-            f"the archive downloaded from {url} has SHA-256 {exc.actual}, expected {exc.expected}",
-            f"check the mirror (WORKLOADS_CIFAR10_URL, {SHA256_ENV}) "
-            f"or place {ARCHIVE_NAME} in {dest.parent} by hand",
+        raise WorkloadError(  # digests cut to 16 digits: the line stays readable
+            f"the downloaded archive has SHA-256 {exc.actual[:16]}..., not {exc.expected[:16]}...",
+            f"check WORKLOADS_CIFAR10_URL ({SHA256_ENV}), or place {ARCHIVE_NAME} in {dest.parent}",
         ) from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc

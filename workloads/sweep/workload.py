@@ -118,6 +118,13 @@ class Workload:
     output_name: str
     options: Mapping[str, Option]
 
+    @property
+    def help_command(self) -> str:
+        """The command whose ``--help`` lists this workload's options (the sweep's parameters)."""
+        if self.launch[:2] == ("-m", "workloads"):
+            return " ".join(["workloads", *self.launch[2:], "--help"])
+        return " ".join(["python", *self.launch, "--help"])
+
     def option(self, name: str) -> Option:
         return self.options[name]
 
