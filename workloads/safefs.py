@@ -33,6 +33,8 @@ from workloads.errors import WorkloadError
 
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# Only to look up names in, and fstat: needs no read permission (a directory above may be 0711).
+_PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 DIR_MODE = 0o755  # what the sweep creates: private to writers whatever the umask
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
@@ -113,7 +115,7 @@ def trusted_directory(path: Path) -> int:
     """
     path = Path(path)
     try:
-        fd = os.open(path, _DIR_FLAGS)
+        fd = os.open(path, _PATH_FLAGS)
     except FileNotFoundError:
         raise UnsafePath(f"directory {path}", "does not exist", "check the path") from None
     except NotADirectoryError:
@@ -161,7 +163,7 @@ def _check_parents(fd: int, path: Path) -> None:
     try:
         seen = os.fstat(current)
         while True:
-            parent = os.open("..", _DIR_FLAGS, dir_fd=current)
+            parent = os.open("..", _PATH_FLAGS, dir_fd=current)
             os.close(current)
             current = parent
             info = os.fstat(current)
@@ -191,14 +193,16 @@ def _name_of(fd: int) -> str:
 def subdirectory(parent_fd: int, name: str, shown: Path, *, create: bool = True) -> int:
     """A descriptor of directory ``name`` inside the checked ``parent_fd``, created if missing.
 
-    It is created with mode 0755, opened without following a link, and must be
-    ours. One that group or others may write (left by an older version under
-    umask 002) is tightened rather than refused: we created it, and what is in
-    it is ours to check or clear.
+    It is created with mode 0755 (whatever the umask), opened without following a
+    link, and must be ours. One that group or others may write (left by an older
+    version under umask 002) is tightened rather than refused: we made it, and
+    what is in it is ours to check or clear.
     """
+    created = False
     if create:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, DIR_MODE, dir_fd=parent_fd)
+            created = True
     try:
         fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
     except OSError as exc:
@@ -215,7 +219,9 @@ def subdirectory(parent_fd: int, name: str, shown: Path, *, create: bool = True)
                 f"is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})",
                 _FIX,
             )
-        if info.st_mode & _OTHERS_WRITE:
+        if created and stat.S_IMODE(info.st_mode) != DIR_MODE:
+            os.fchmod(fd, DIR_MODE)  # the umask decides nothing: 0755, as the README says
+        elif info.st_mode & _OTHERS_WRITE:
             os.fchmod(fd, stat.S_IMODE(info.st_mode) & ~_OTHERS_WRITE)
     except BaseException:
         os.close(fd)
@@ -227,11 +233,12 @@ def make_directory(path: Path) -> None:
     """Create directory ``path`` (mode 0755 whatever the umask; parents as ``mkdir -p``).
 
     The new directory is created and checked through a descriptor of its parent,
-    never through a link; an existing one is left to :func:`trusted_directory`.
+    never through a link. Call it for a directory that is not there; an existing
+    one is for :func:`trusted_directory` to judge.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    parent = os.open(path.parent, _DIR_FLAGS)
+    parent = os.open(path.parent, _PATH_FLAGS)
     try:
         os.close(subdirectory(parent, path.name, path))
     finally:
