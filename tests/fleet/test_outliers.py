@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fleet.records import record
+from tests.fleet.records import finding, record
 from workloads.fleet.load import host_from_record
 from workloads.fleet.model import Figure
 from workloads.fleet.outliers import MIN_GAP, bounds, group_statistics, is_outlier, robust_z
@@ -90,6 +90,34 @@ def test_family_no_host_within_the_gap_is_ever_flagged(values: list[float]) -> N
             assert is_outlier(_figure(value), median, mad) is None
     low, _ = bounds(median, mad)
     assert low <= median * (1 - MIN_GAP) + 1e-12
+
+
+@given(healthy=st.lists(st.floats(min_value=0.75, max_value=1.25), min_size=3, max_size=3),
+       slow=st.floats(min_value=0.05, max_value=0.45))
+def test_family_a_host_at_half_speed_is_found_even_among_noisy_siblings(
+        healthy: list[float], slow: float) -> None:
+    """Four hosts, three of them ±25 % apart (a noisy small group): the MAD alone can hide a
+    host at half speed; 40 % below the median is an outlier whatever the spread."""
+    import statistics
+
+    values = [*healthy, slow]
+    median = statistics.median(values)
+    mad = statistics.median(abs(v - median) for v in values)
+    assert is_outlier(_figure(slow), median, mad) is not None
+
+
+def test_conditions_count_but_are_not_ranked() -> None:
+    """The battery's other-load row has a figure, but a high share is not a fast host."""
+    records = [record(f"h{i}", gpus=1) for i in range(4)]
+    for i, rec in enumerate(records):
+        rec["findings"].append(finding("host", "host", "other load", 80.0 if i == 0 else 1.0,
+                                       unit="%", verdict="warn" if i == 0 else "pass",
+                                       reason="other processes used 80% of the CPU time"))
+    hosts = [host_from_record(f"h{i}", r) for i, r in enumerate(records)]
+    stats, outliers, _ = group_statistics(hosts)
+    assert outliers == [] and not any(s.series.startswith("host") for s in stats)
+    assert hosts[0].findings == [("warn", "host other load: other processes used 80% of the "
+                                           "CPU time")]
 
 
 def test_lower_is_better_figures_are_outliers_above_the_median() -> None:

@@ -54,11 +54,17 @@ def _series(row: dict[str, Any]) -> str:
     return f"{row.get('check', '?')} {item}".strip()
 
 
+# The battery's checks whose figures are performance, higher being better: these are
+# compared across hosts. Its other rows with a figure (the host's other load, NVML's power
+# and temperature) are conditions: their own verdicts count, their figures are not ranked.
+PERFORMANCE_CHECKS = frozenset({"matmul", "membw", "transfer", "allreduce", "training"})
+
+
 def _figures(host: str, record: dict[str, Any]) -> list[Figure]:
     figures = []
     for row in _rows(record):
         value = _number(row.get("value"))
-        if value is None:
+        if value is None or row.get("check") not in PERFORMANCE_CHECKS:
             continue
         raw = row.get("details")
         details: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -72,11 +78,12 @@ def _figures(host: str, record: dict[str, Any]) -> list[Figure]:
 
 
 def _findings(record: dict[str, Any]) -> list[tuple[str, str]]:
-    """Verdicts of rows without a figure (throttling, ECC, DCGM): they count, unplotted."""
+    """Verdicts of rows that are not ranked (throttling, ECC, DCGM, other load): they count."""
     out = []
     for row in _rows(record):
         verdict = str(row.get("verdict", "pass"))
-        if verdict in ("warn", "fail") and _number(row.get("value")) is None:
+        ranked = row.get("check") in PERFORMANCE_CHECKS and _number(row.get("value")) is not None
+        if verdict in ("warn", "fail") and not ranked:
             device = str(row.get("device") or "")
             where = f"{device} " if device and device != "host" else ""
             out.append((verdict, f"{where}{_series(row)}: {row.get('reason', '')}"))

@@ -12,6 +12,10 @@ outlier when both hold:
   per cent of each other, and a host 2 % slow in a very tight group is not worth a person's
   time.
 
+A figure `LARGE_GAP` (40 %) or more worse than its identical siblings' median is an outlier
+whatever the spread: in a small group (four hosts, say) one noisy sibling can widen the MAD
+enough to hide a host at half speed, and no healthy machine is 40 % off its twins.
+
 A group of fewer than `MIN_GROUP` hosts gets no statistics: its hosts are judged by the
 datasheet alone, and the report says so.
 """
@@ -25,6 +29,7 @@ from workloads.fleet.model import Figure, Host, Outlier, SeriesStats
 
 Z_LIMIT = 3.5
 MIN_GAP = 0.10
+LARGE_GAP = 0.40
 MIN_GROUP = 3
 _MAD_TO_Z = 0.6745
 
@@ -37,10 +42,9 @@ def robust_z(value: float, median: float, mad: float) -> float | None:
 
 
 def bounds(median: float, mad: float) -> tuple[float, float]:
-    """The lowest and highest figure that is not an outlier (both rules at their edge)."""
-    spread = Z_LIMIT * mad / _MAD_TO_Z
-    gap = MIN_GAP * abs(median)
-    return median - max(spread, gap), median + max(spread, gap)
+    """The lowest and highest figure that is not an outlier (the rules at their edge)."""
+    spread = min(max(Z_LIMIT * mad / _MAD_TO_Z, MIN_GAP * abs(median)), LARGE_GAP * abs(median))
+    return median - spread, median + spread
 
 
 def is_outlier(figure: Figure, median: float, mad: float) -> Outlier | None:
@@ -52,7 +56,7 @@ def is_outlier(figure: Figure, median: float, mad: float) -> Outlier | None:
     if gap < MIN_GAP:
         return None
     z = robust_z(figure.value, median, mad)
-    if z is not None and abs(z) <= Z_LIMIT:
+    if z is not None and abs(z) <= Z_LIMIT and gap < LARGE_GAP:
         return None
     return Outlier(figure=figure, median=median, robust_z=z, gap=gap)
 
