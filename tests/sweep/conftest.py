@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -105,3 +106,41 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class StreamedSweep:
+    """A sweep in the background, its output read through a pipe as it comes.
+
+    A pipe, not a log file: the disk-full tests fill the disk (or the file-size limit)
+    that a log file would be written to. `argv` replaces `python -m workloads sweep`
+    (a wrapper that sets a limit first, say).
+    """
+
+    def __init__(self, args: list[str], env: dict[str, str],
+                 argv: list[str] | None = None) -> None:
+        self.process = subprocess.Popen(
+            [*(argv or [sys.executable, "-m", "workloads", "sweep"]), *args], env=env, cwd=REPO,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    @property
+    def words(self) -> str:
+        """The output with rich's line wrapping undone."""
+        return " ".join(self.text.split())
+
+    def wait(self) -> int:
+        code = self.process.wait(timeout=120)
+        self._reader.join(timeout=30)
+        return code

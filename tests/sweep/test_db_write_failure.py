@@ -9,13 +9,18 @@ finish, and their rows land now (the limit lifted) or at the next start (adopted
 from __future__ import annotations
 
 import resource
-import subprocess
 import sys
-import threading
 from collections import Counter
 from pathlib import Path
 
-from tests.sweep.conftest import REPO, calls, fake_spec, read_db, sweep_cli, wait_until
+from tests.sweep.conftest import (
+    StreamedSweep,
+    calls,
+    fake_spec,
+    read_db,
+    sweep_cli,
+    wait_until,
+)
 
 LIMIT = 1500  # bytes: a run's record (~400) fits, a database of one row (~4000) does not
 
@@ -28,36 +33,9 @@ runpy.run_module("workloads", run_name="__main__")
 """
 
 
-class LimitedSweep:
+def limited_sweep(args: list[str], env: dict[str, str]) -> StreamedSweep:
     """The sweep under the limit; its output through a pipe (a log file would hit the limit)."""
-
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _LIMITED, *args], env=env, cwd=REPO,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.lines)
-
-    @property
-    def words(self) -> str:
-        """The output with rich's line wrapping undone."""
-        return " ".join(self.text.split())
-
-    def wait(self) -> int:
-        code = self.process.wait(timeout=120)
-        self._reader.join(timeout=30)
-        return code
+    return StreamedSweep(args, env, argv=[sys.executable, "-c", _LIMITED])
 
 
 def test_runs_in_flight_finish_and_their_rows_land_at_the_next_start(
@@ -65,7 +43,7 @@ def test_runs_in_flight_finish_and_their_rows_land_at_the_next_start(
 ) -> None:
     spec, directory = fake_spec(tmp_path), tmp_path / "d"
     args = [str(spec), "--dir", str(directory), "--per-device", "2"]
-    sweep = LimitedSweep(args, {**sweep_env, "WORKLOADS_SWEEP_DB_RETRY_S": "0"})
+    sweep = limited_sweep(args, {**sweep_env, "WORKLOADS_SWEEP_DB_RETRY_S": "0"})
     assert sweep.wait() == 2, sweep.text
     text = sweep.text
     errors = [line for line in text.splitlines() if "error:" in line]
@@ -89,7 +67,7 @@ def test_rows_are_kept_and_written_once_the_disk_takes_them_again(
 ) -> None:
     spec, directory = fake_spec(tmp_path), tmp_path / "d"
     env = {**sweep_env, "WORKLOADS_SWEEP_DB_RETRY_S": "300"}
-    sweep = LimitedSweep([str(spec), "--dir", str(directory), "--per-device", "2"], env)
+    sweep = limited_sweep([str(spec), "--dir", str(directory), "--per-device", "2"], env)
     try:
         wait_until(lambda: "in memory and trying again" in sweep.words, 120, "a failed write")
         assert not (directory / "database.pk").exists()

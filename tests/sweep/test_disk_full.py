@@ -15,15 +15,21 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.sweep.conftest import FAKE, REPO, calls, read_db, sweep_cli, wait_until, write_spec
+from tests.sweep.conftest import (
+    FAKE,
+    StreamedSweep,
+    calls,
+    read_db,
+    sweep_cli,
+    wait_until,
+    write_spec,
+)
 from workloads.sweep.expand import Pset, expand
 from workloads.sweep.spec import load_spec
 
@@ -75,34 +81,6 @@ class FullDisk:
         self.fillers = []
 
 
-class Sweep:
-    """A sweep in the background; its output read through a pipe as it comes."""
-
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "workloads", "sweep", *args], env=env, cwd=REPO,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    @property
-    def words(self) -> str:
-        """The output with rich's line wrapping undone."""
-        return " ".join("".join(self.lines).split())
-
-    def wait(self) -> int:
-        code = self.process.wait(timeout=120)
-        self._reader.join(timeout=30)
-        return code
-
-
 def setup(
     tmp_path: Path, free_pages: int, mounts: list[Path]
 ) -> tuple[Path, Path, list[Pset], FullDisk]:
@@ -133,7 +111,7 @@ def test_a_run_that_cannot_start_waits_for_space_while_the_others_go_on(
     tmp_path: Path, sweep_env: dict[str, str], mounts: list[Path]
 ) -> None:
     spec, directory, plan, disk = setup(tmp_path, 0, mounts)
-    sweep = Sweep([str(spec), "--dir", str(directory), "--per-device", "2"], sweep_env)
+    sweep = StreamedSweep([str(spec), "--dir", str(directory), "--per-device", "2"], sweep_env)
     try:
         wait_until(lambda: "No space left on device" in sweep.words, 120, "a failed start")
         assert f"cannot start run {plan[1].pset_id} in {directory}" in sweep.words
@@ -158,7 +136,7 @@ def test_with_no_space_ever_the_sweep_ends_in_one_line_and_loses_nothing(
 ) -> None:
     spec, directory, plan, disk = setup(tmp_path, free_pages, mounts)
     args = [str(spec), "--dir", str(directory), "--per-device", "2"]
-    sweep = Sweep(args, {**sweep_env, "WORKLOADS_SWEEP_DB_RETRY_S": "0"})
+    sweep = StreamedSweep(args, {**sweep_env, "WORKLOADS_SWEEP_DB_RETRY_S": "0"})
     try:
         wait_until(lambda: "No space left on device" in sweep.words, 120, "a failed start")
         (tmp_path / "tokens" / "open").touch()  # the run in flight ends; the disk stays full
