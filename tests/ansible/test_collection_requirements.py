@@ -82,7 +82,8 @@ def _documentation(collection: str, plugin: str) -> list[dict[str, Any]]:
             for node in ast.parse(source.read_text()).body:
                 if (isinstance(node, ast.Assign)
                         and any(getattr(t, "id", "") == "DOCUMENTATION" for t in node.targets)
-                        and isinstance(node.value, ast.Constant)):
+                        and isinstance(node.value, ast.Constant)
+                        and isinstance(node.value.value, str)):
                     docs.append(yaml.safe_load(node.value.value))
     return docs
 
