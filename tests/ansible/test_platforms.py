@@ -504,9 +504,16 @@ def rocky_flavour_change(platform_run: PlatformRun, rocky_upgrade: tuple[Playboo
 
     Before the fix the lock on kmod-nvidia-open-dkms stayed, and dnf would not erase it
     for kmod-nvidia-latest-dkms, which conflicts with it.
+
+    The driver's module is first left as NVIDIA's guide leaves it: `dnf module install
+    nvidia-driver:575-open` records the stream's default profile (and brings the desktop
+    packages). switch-to then installs 575-dkms's profile, whose kmod conflicts with the
+    installed one; before the role passed --allowerasing, as NVIDIA's guide does, dnf
+    refused the switch.
     """
     _rocky(platform_run)
     assert rocky_upgrade[0].returncode == 0, rocky_upgrade[0].explain()
+    platform_run.host.exec("dnf", "-y", "-q", "module", "install", "nvidia-driver:575-open")
     return _twice(platform_run, "flavour",
                   {**UPGRADE_VARS, "nvidia_driver_kernel_modules": "proprietary"},
                   "nvidia_driver", "open -> proprietary modules, same branch")

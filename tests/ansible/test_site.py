@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
+from packaging.requirements import Requirement
 
 from tests.ansible.conftest import Scenarios
 from tests.ansible.lab import CHECK_MODE_WITNESSES, UPGRADE_TAGS, UPGRADE_VARS
@@ -29,11 +33,12 @@ from tests.ansible.playbook import (
     PlaybookRun,
     run_playbook,
 )
-from tests.ansible.target import PREEXISTING_DAEMON_JSON
+from tests.ansible.target import PREEXISTING_DAEMON_JSON, TEST_USER
 from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_repo
 from tests.fixtures.aptrepo.catalog import driver_packages
 from tests.fixtures.aptrepo.signing import generate_key
+from tests.support.pypi_mirror import pypi_mirror
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(3600)]
 
@@ -74,6 +79,23 @@ def test_daemon_json_kept_the_keys_that_were_there_before(scenarios: Scenarios) 
     for key, value in PREEXISTING_DAEMON_JSON.items():
         assert config[key] == value
     assert config["runtimes"]["nvidia"]["path"] == "/usr/bin/nvidia-container-runtime"
+
+
+def test_debians_own_entry_got_contrib_for_nvidias_packages(scenarios: Scenarios) -> None:
+    """libcuda1 depends on nvidia-support, which only Debian's contrib has (as on a real host).
+
+    The image's sources.list has Debian's main only, as debootstrap and Debian's installer
+    leave it; before the role enabled contrib, the driver's install failed there.
+    """
+    result = scenarios.converge.result()
+    assert result.first.returncode == 0, result.first.explain()
+    host = result.host
+    lines = host.read("/etc/apt/sources.list").splitlines()
+    assert [line for line in lines if re.fullmatch(r"deb \S+ bookworm main contrib", line)], lines
+    status = host.exec("dpkg-query", "-W", "-f", "${Status}", "nvidia-support").stdout
+    assert status == "install ok installed"
+    assert "contrib" not in host.exec("cat", *host.exec(
+        "find", "/etc/apt/sources.list.d", "-type", "f").stdout.split(), "/dev/null").stdout
 
 
 # --- the NGC key stays secret -------------------------------------------------------
@@ -338,6 +360,80 @@ def test_mistyped_variable_fails_before_anything_runs(scenarios: Scenarios) -> N
         "Check every role's variables against its argument spec before anything changes"
     )
 
+
+
+# --- tensorflow_host for real on the converged host ----------------------------------
+# The role's pinned TensorFlow, installed by the role's own pip into its virtual
+# environment as the environment's owner (not root), through the mirror variable
+# (tensorflow_host_pip_index_url) pointed at a loopback index that passes PyPI through
+# and keeps the wheels between runs (tests/support/pypi_mirror.py).
+
+PYPI_CACHE = Path(os.environ.get("TFHOST_PYPI_CACHE", "/var/cache/tfhost-pypi"))
+TF_VENV = "/opt/tensorflow"
+
+
+def _pinned_tensorflow() -> str:
+    """The role's default requirement without its [and-cuda] extra: the same TensorFlow
+    wheel, without the CUDA wheels (several GB) that only a GPU would use."""
+    defaults = yaml.safe_load(
+        (ANSIBLE_DIR / "roles" / "tensorflow_host" / "defaults" / "main.yml").read_text())
+    [pinned] = [Requirement(text) for text in defaults["tensorflow_host_requirements"]
+                if Requirement(text).name == "tensorflow"]
+    assert str(pinned.specifier).startswith("=="), "the role pins TensorFlow to one version"
+    return f"{pinned.name}{pinned.specifier}"
+
+
+@dataclass
+class TensorflowRuns:
+    requirement: str
+    first: PlaybookRun
+    second: PlaybookRun
+    imported: subprocess.CompletedProcess[str]
+    not_the_owners: str
+    downloaded_mb: float
+    cached_mb: float
+
+
+@pytest.fixture(scope="module")
+def tensorflow_host(scenarios: Scenarios) -> TensorflowRuns:
+    requirement = _pinned_tensorflow()
+    host = scenarios.converge.result().host
+    with pypi_mirror(PYPI_CACHE, scenarios.lab.path("pypi-mirror.log")) as mirror:
+        extra = {"tensorflow_host_enabled": True, "tensorflow_host_venv": TF_VENV,
+                 "tensorflow_host_owner": TEST_USER,
+                 "tensorflow_host_requirements": [requirement],
+                 "tensorflow_host_pip_index_url": mirror.index_url}
+        first = _rerun(scenarios, "tensorflow-host-1", "--tags", "tensorflow_host", extra=extra)
+        record_timing("tensorflow_host: install TensorFlow", first.seconds)
+        second = _rerun(scenarios, "tensorflow-host-2", "--tags", "tensorflow_host", extra=extra)
+        record_timing("tensorflow_host: re-run", second.seconds)
+    imported = host.exec("sudo", "-u", TEST_USER, f"{TF_VENV}/bin/python", "-c",
+                         "import tensorflow as tf; print(tf.__version__)", check=False)
+    others = host.exec("find", TF_VENV, "-not", "-user", TEST_USER).stdout
+    megabytes = 1024 * 1024
+    return TensorflowRuns(requirement, first, second, imported, others,
+                          round(mirror.log.downloaded_bytes / megabytes, 1),
+                          round(mirror.log.cached_bytes / megabytes, 1))
+
+
+def test_tensorflow_host_installs_the_pinned_tensorflow_for_its_owner(
+        tensorflow_host: TensorflowRuns) -> None:
+    run = tensorflow_host.first
+    print(f"tensorflow_host: {run.seconds:.0f} s; wheels from PyPI "
+          f"{tensorflow_host.downloaded_mb} MB, from the cache {tensorflow_host.cached_mb} MB")
+    assert run.returncode == 0, run.explain()
+    version = tensorflow_host.requirement.split("==")[1]
+    assert f"TensorFlow {version} in {TF_VENV} sees 0 GPU(s)." in " ".join(run.output.split())
+    imported = tensorflow_host.imported
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    assert imported.stdout.split()[-1] == version
+    assert tensorflow_host.not_the_owners == "", "root left files in the owner's environment"
+
+
+def test_tensorflow_host_rerun_changes_nothing(tensorflow_host: TensorflowRuns) -> None:
+    second = tensorflow_host.second
+    assert second.returncode == 0, second.explain()
+    assert second.recap["changed"] == 0, second.explain()
 
 
 # --- upgrades on the converged host (issue 14, item 3) --------------------------------
