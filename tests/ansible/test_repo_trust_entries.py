@@ -79,9 +79,17 @@ OWN_APT = {
 }
 
 
+OWN_APT_KEYRING = {"cuda": "/etc/apt/keyrings/nvidia-cuda.asc",
+                   "docker": "/etc/apt/keyrings/docker.asc",
+                   "toolkit": "/etc/apt/keyrings/nvidia-container-toolkit.asc"}
+
+
 def apply(files: dict[str, str], changes: list[Any]) -> dict[str, str]:
+    """What the module writes (the caller's own file is the caller's to rewrite)."""
     after = dict(files)
     for change in changes:
+        if change.own:
+            continue
         if change.text is None:
             del after[change.path]
         else:
@@ -92,7 +100,8 @@ def apply(files: dict[str, str], changes: list[Any]) -> dict[str, str]:
 def plan_apt(vendor: str, files: dict[str, str]) -> tuple[list[Any], dict[str, str]]:
     """The module's plan for the role of `vendor`, then the role's template written."""
     own, url, content = OWN_APT[vendor]
-    changes = entries.plan("apt", url, own, "", APT_SUBSTITUTIONS, files, SOURCES_LIST)
+    changes = entries.plan("apt", url, own, "", APT_SUBSTITUTIONS, files, SOURCES_LIST,
+                           OWN_APT_KEYRING[vendor])
     after = apply(files, changes)
     after[own] = content
     return changes, after
@@ -162,11 +171,6 @@ APT_CASES = [pytest.param(vendor, make(keyring), id=f"{make(keyring).path}:{keyr
              if vendor != "cuda" or keyring == vendor_repos.CUDA_KEYRING]
 
 
-OWN_APT_KEYRING = {"cuda": "/etc/apt/keyrings/nvidia-cuda.asc",
-                   "docker": "/etc/apt/keyrings/docker.asc",
-                   "toolkit": "/etc/apt/keyrings/nvidia-container-toolkit.asc"}
-
-
 @pytest.mark.parametrize(("vendor", "existing"), APT_CASES)
 def test_a_vendors_apt_entry_is_replaced_and_apt_reads_the_rest(
         vendor: str, existing: VendorFile, tmp_path: Path) -> None:
@@ -178,14 +182,25 @@ def test_a_vendors_apt_entry_is_replaced_and_apt_reads_the_rest(
     changes, after = plan_apt(vendor, {existing.path: existing.content})
     assert apt_reads(after, tmp_path / "after") == ""
     assert set(after) == {own}, "the vendor's file should be gone (it held nothing else)"
-    if existing.path == own:
-        assert changes == []  # the role's template overwrites it
+    if existing.path == own and existing.keyring == OWN_APT_KEYRING[vendor]:
+        assert changes == []  # already trusts the role's keyring; the template rewrites it
+        return
+    (change,) = changes
+    message = change.message(own, "entry for")
+    assert "\n" not in message
+    assert existing.keyring in message and own in message
+    if existing.path == own:  # the role's template rewrites it; the module names it
+        assert change.own
+        assert message.startswith(f"Replacing {own} (entry for ")
     else:
-        (change,) = changes
-        message = change.message(own, "entry for")
-        assert "\n" not in message
         assert message.startswith(f"Replaced {existing.path} (entry for ")
-        assert existing.keyring in message and own in message
+
+
+@pytest.mark.parametrize("vendor", list(OWN_APT))
+def test_the_roles_own_entry_is_left_alone(vendor: str) -> None:
+    """What a converged host has: nothing to replace, nothing to say (the re-run is quiet)."""
+    own, _, content = OWN_APT[vendor]
+    assert plan_apt(vendor, {own: content})[0] == []
 
 
 def test_all_three_vendors_at_once_as_a_hand_set_up_host_has_them(tmp_path: Path) -> None:
@@ -283,6 +298,9 @@ def test_other_repositories_are_not_touched(line: str) -> None:
 
 # --- dnf -------------------------------------------------------------------------------------
 
+DNF_KEYRINGS = {"cuda": "/etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-cuda",
+                "docker": "/etc/pki/rpm-gpg/RPM-GPG-KEY-docker-ce",
+                "toolkit": "/etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit"}
 OWN_DNF = {
     "cuda": ("/etc/yum.repos.d/cuda-rhel9-x86_64.repo", "cuda-rhel9-x86_64", CUDA_RPM_URL,
              "[cuda-rhel9-x86_64]\nname=NVIDIA CUDA rhel9 x86_64\n"
@@ -298,7 +316,8 @@ OWN_DNF = {
 
 def plan_dnf(vendor: str, files: dict[str, str]) -> tuple[list[Any], dict[str, str]]:
     own, repo_id, url, content = OWN_DNF[vendor]
-    changes = entries.plan("dnf", url, own, repo_id, DNF_SUBSTITUTIONS, files)
+    changes = entries.plan("dnf", url, own, repo_id, DNF_SUBSTITUTIONS, files,
+                           keyring=DNF_KEYRINGS[vendor])
     after = apply(files, changes)
     if content:
         after[own] = content
@@ -340,8 +359,16 @@ def test_dockers_repo_file_loses_only_the_stable_channel(tmp_path: Path) -> None
 def test_the_toolkits_repo_file_is_the_roles_own_and_keeps_experimental() -> None:
     """The role's yum_repository rewrites its section in NVIDIA's own file; nothing else goes."""
     vendor = vendor_repos.toolkit_repo(TOOLKIT_BASE)
-    changes, _ = plan_dnf("toolkit", {vendor.path: vendor.content})
-    assert changes == []
+    changes, after = plan_dnf("toolkit", {vendor.path: vendor.content})
+    (change,) = changes
+    assert change.own and after == {vendor.path: vendor.content}
+    assert change.message(vendor.path, "repository") == (
+        f"Replacing {vendor.path} (repository [nvidia-container-toolkit]; gpgkey "
+        f"{vendor.keyring}): the role writes its own entry there, which trusts only the pinned "
+        "key.")
+    ours = vendor.content.replace(f"gpgkey={vendor.keyring}",
+                                  f"gpgkey=file://{DNF_KEYRINGS['toolkit']}", 1)
+    assert plan_dnf("toolkit", {vendor.path: ours})[0] == []
 
 
 def test_a_same_id_section_elsewhere_goes_even_when_disabled() -> None:

@@ -165,8 +165,7 @@ def test_wrong_key_stops_the_play_at_the_repository(scenarios: Scenarios) -> Non
     run = result.wrong_key
     assert run.returncode != 0
     assert run.recap["failed"] == 1
-    assert run.failed_task == (
-        "repo_trust : Check the key's fingerprint before trusting it (the pinned key and no other)")
+    assert run.failed_task == "repo_trust : Check the key file (the pinned key and nothing else)"
     assert "Refusing NVIDIA's CUDA repository" in run.output
     assert scenarios.lab.repos.impostor_fingerprint in run.output
     assert "nvidia-cuda.list" not in result.sources_after_wrong_key

@@ -32,7 +32,10 @@ description:
   - Disabled entries (commented-out lines, C(Enabled - no), C(enabled=0)) are left as they are,
     except a dnf section with the caller's repository id, which dnf could read instead of the
     caller's.
-  - Returns one message per changed file, naming it and the key it trusted.
+  - An entry for the repository in the caller's own file that does not trust the caller's keyring
+    (a vendor's file at the same path, such as Docker's C(docker.list) or the toolkit's
+    C(nvidia-container-toolkit.list)) is left for the caller to rewrite, and named too.
+  - Returns one message per file, naming it and the key it trusted.
 options:
   format:
     description: Which package manager's configuration to read.
@@ -49,6 +52,12 @@ options:
     required: true
   repo_id:
     description: dnf - the caller's repository id (its section in own_file).
+    type: str
+    default: ""
+  keyring:
+    description:
+      - The keyring the caller's entry trusts (apt signed-by, dnf gpgkey as a file URL); an entry in
+        own_file that trusts another is a vendor's the caller is about to rewrite.
     type: str
     default: ""
   substitutions:
@@ -110,10 +119,14 @@ class Change:
     text: str | None
     entries: list[str] = field(default_factory=list)
     trust: list[str] = field(default_factory=list)
+    own: bool = False  # the caller's own file: the caller rewrites it, this module does not
 
     def message(self, own_file: str, kind: str) -> str:
         trusted = ", ".join(dict.fromkeys(self.trust))
         entries = ", ".join(dict.fromkeys(self.entries))
+        if self.own:
+            return (f"Replacing {self.path} ({kind} {entries}; {trusted}): the role writes its own "
+                    "entry there, which trusts only the pinned key.")
         if self.text is None:
             return (f"Replaced {self.path} ({kind} {entries}; {trusted}) with {own_file}, which "
                     "trusts only the pinned key; removed the file, which held nothing else.")
@@ -150,6 +163,19 @@ def apt_trust(options: dict[str, str]) -> str:
     if options.get("signed-by"):
         return f"signed-by {options['signed-by']}"
     return "any key in apt's trusted.gpg.d"
+
+
+def own_list(path: str, text: str, target: str, substitutions: dict[str, str],
+             keyring: str) -> Change | None:
+    """The caller's own file, when it holds an entry for the repository that is not the caller's."""
+    change = Change(path, text, own=True)
+    for line in text.splitlines():
+        entry = one_line_entry(line)
+        if (entry and normalise(entry[1], substitutions) == target
+                and entry[0].get("signed-by") != keyring):
+            change.entries.append(entry[1])
+            change.trust.append(apt_trust(entry[0]))
+    return change if change.entries else None
 
 
 def plan_list(path: str, text: str, target: str, substitutions: dict[str, str],
@@ -308,15 +334,20 @@ def dnf_trust(section: Section) -> str:
 
 
 def plan_repo(path: str, text: str, target: str, substitutions: dict[str, str], own_file: str,
-              repo_id: str) -> Change | None:
+              repo_id: str, keyring: str) -> list[Change]:
     """Drop every section with the managed base URL (enabled) or the caller's repository id."""
     lines = text.splitlines(keepends=True)
     change = Change(path, None)
+    changes: list[Change] = []
     drop: set[int] = set()
     found = sections(lines)
     for section in found:
         same_id = bool(repo_id) and section.name == repo_id
         if same_id and path == own_file:
+            gpgkey = section.options.get("gpgkey", "").split()
+            if keyring and gpgkey != [f"file://{keyring}"]:
+                changes.append(Change(path, text, [f"[{section.name}]"], [dnf_trust(section)],
+                                      own=True))
             continue
         urls = re.split(r"[\s,]+", section.options.get("baseurl", "").strip())
         same_url = any(normalise(url, substitutions) == target for url in urls if url)
@@ -326,27 +357,33 @@ def plan_repo(path: str, text: str, target: str, substitutions: dict[str, str], 
             change.trust.append(dnf_trust(section))
             drop.update(range(section.start, section.end + 1))
     if not change.entries:
-        return None
+        return changes
     if len(change.entries) < len(found):
         kept = "".join(line for index, line in enumerate(lines) if index not in drop)
         change.text = re.sub(r"\n{3,}", "\n\n", kept)
-    return change
+    return [*changes, change]
 
 
 # --- The plan for a whole host, and the module -------------------------------------------------
 
 
 def plan(kind: str, url: str, own_file: str, repo_id: str, substitutions: dict[str, str],
-         files: dict[str, str], main_list: str = "/etc/apt/sources.list") -> list[Change]:
-    """The changes that leave the caller's entry the only enabled one for `url`."""
+         files: dict[str, str], main_list: str = "/etc/apt/sources.list",
+         keyring: str = "") -> list[Change]:
+    """The changes that leave the caller's entry the only enabled one for `url`.
+
+    Changes marked `own` are the caller's to make (its template or yum_repository rewrites
+    its own file); they are returned so that the file is named.
+    """
     target = normalise(url, substitutions)
     changes: list[Change] = []
     for path, text in files.items():
         change: Change | None = None
         if kind == "dnf":
-            change = plan_repo(path, text, target, substitutions, own_file, repo_id)
-        elif path == own_file:
+            changes += plan_repo(path, text, target, substitutions, own_file, repo_id, keyring)
             continue
+        if path == own_file:
+            change = own_list(path, text, target, substitutions, keyring) if keyring else None
         elif path.endswith(".sources"):
             change = plan_sources(path, text, target, substitutions)
         else:
@@ -391,6 +428,7 @@ def main() -> None:
             "url": {"type": "str", "required": True},
             "own_file": {"type": "path", "required": True},
             "repo_id": {"type": "str", "default": ""},
+            "keyring": {"type": "str", "default": ""},
             "substitutions": {"type": "dict", "default": {}},
             "sources_list": {"type": "path", "default": "/etc/apt/sources.list"},
             "sources_dir": {"type": "path", "default": "/etc/apt/sources.list.d"},
@@ -401,15 +439,16 @@ def main() -> None:
     params = module.params
     changes = plan(params["format"], params["url"], params["own_file"], params["repo_id"],
                    {str(key): str(value) for key, value in params["substitutions"].items()},
-                   read_files(module), params["sources_list"])
+                   read_files(module), params["sources_list"], params["keyring"])
     kind = "repository" if params["format"] == "dnf" else "entry for"
+    ours = [change for change in changes if not change.own]
     if not module.check_mode:
-        for change in changes:
+        for change in ours:
             apply(module, change)
     module.exit_json(
-        changed=bool(changes),
+        changed=bool(ours),
         replaced=[{"path": change.path, "removed": change.text is None,
-                   "entries": change.entries} for change in changes],
+                   "entries": change.entries} for change in ours],
         messages=[change.message(params["own_file"], kind) for change in changes],
     )
 
