@@ -8,11 +8,15 @@ served on 127.0.0.1 by the same HTTP server:
 * ``two-keys/3bf863cc.pub``: ONE armored block holding the CUDA repository's
   real (pinned) key and a second key, as a mirror or CDN that slipped in its
   own key would serve it;
+* ``appended/3bf863cc.pub``: the vendor's file unchanged, with the second key's
+  own armored block appended after it;
 * ``evil/compute/cuda/repos/...``: a copy of the CUDA repository whose Release
   the second key signed; apt must never accept it;
 * a second server whose CUDA repository can be switched off (HTTP 404), to
   interrupt a first run between writing the sources file and reading the
-  index.
+  index;
+* Docker CE's Debian repository (tests/fixtures/aptrepo/dockerce.py), for a
+  host whose Docker came from Docker's own guide.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ from tests.ansible.lab import Lab
 from tests.ansible.playbook import EXAMPLE_NGC_API_KEY, PlaybookRun, run_playbook, write_inventory
 from tests.ansible.target import TargetHost, start_target, target_image
 from tests.fixtures.aptrepo import StubRepos, build_stub_repos, serve_directory
+from tests.fixtures.aptrepo.dockerce import build_docker_ce_repo
 from tests.fixtures.aptrepo.signing import generate_key
 
 CUDA_DIR = Path("compute/cuda/repos/debian12/x86_64")
 TWO_KEYS = Path("two-keys/3bf863cc.pub")
+APPENDED = Path("appended/3bf863cc.pub")
 EVIL = Path("evil")
 
 
@@ -50,6 +56,14 @@ class TrustLab:
     flaky_url: str
     http_log: Path
     extra_fingerprint: str
+    docker_fingerprint: str
+
+    def docker_ce_vars(self) -> dict[str, Any]:
+        """Docker CE from the stub repository: its plugins from there, the engine Debian's."""
+        return {"docker_source": "docker-ce",
+                "docker_ce_repo_base_url": f"{self.base_url}/linux",
+                "docker_ce_repo_key_fingerprint": self.docker_fingerprint,
+                "docker_ce_packages": ["docker.io", "docker-compose-plugin"]}
 
     def start(self, name: str) -> tuple[TargetHost, Path]:
         """A fresh target container and its inventory."""
@@ -86,6 +100,8 @@ def _two_key_variants(repos: StubRepos, keys: Path) -> str:
             env=env, check=True, capture_output=True, text=True).stdout
         (repos.root / TWO_KEYS).parent.mkdir(parents=True, exist_ok=True)
         (repos.root / TWO_KEYS).write_text(block)
+        (repos.root / APPENDED).parent.mkdir(parents=True, exist_ok=True)
+        (repos.root / APPENDED).write_text(pinned.decode() + extra.public_armored)
         evil = repos.root / EVIL / CUDA_DIR
         shutil.copytree(repos.root / CUDA_DIR, evil)
         for name in ("InRelease", "Release.gpg"):
@@ -102,6 +118,12 @@ def trust_lab(workdir: Path) -> Iterator[TrustLab]:
     repos = build_stub_repos(workdir / "repos")
     with tempfile.TemporaryDirectory(prefix="trust-gpg-") as keys:
         extra_fingerprint = _two_key_variants(repos, Path(keys))
+        docker_key = generate_key(Path(keys) / "docker", "Docker Release (CE deb) stub"
+                                  " <docker@example.invalid>")
+        try:
+            build_docker_ce_repo(repos.root, docker_key)
+        finally:
+            docker_key.close()
     flaky_root = workdir / "flaky"
     flaky_root.mkdir()
     image = target_image()
@@ -111,4 +133,5 @@ def trust_lab(workdir: Path) -> Iterator[TrustLab]:
         flaky_url = stack.enter_context(serve_directory(flaky_root, workdir / "flaky-http.log"))
         registry = stack.enter_context(fake_registry("$oauthtoken", EXAMPLE_NGC_API_KEY))
         lab = Lab(workdir, repos, base_url, registry.address, image)
-        yield TrustLab(lab, repos, base_url, flaky_root, flaky_url, http_log, extra_fingerprint)
+        yield TrustLab(lab, repos, base_url, flaky_root, flaky_url, http_log, extra_fingerprint,
+                       docker_key.fingerprint)
