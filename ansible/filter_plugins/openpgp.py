@@ -18,6 +18,7 @@ depend on the target's gpg version. Signatures are verified with the
 `cryptography` package that ansible-core itself requires, on the controller.
 
     {{ key_text | openpgp_pinned_keyring('EB693B3035CD5710E231E123A4B469963BF863CC') }}
+    {{ fetched.content_base64 | openpgp_pinned_keyring(fingerprint, encoding='base64') }}
     -> {"ok": true, "keyring": "-----BEGIN PGP PUBLIC KEY BLOCK-----\n...", "problem": "",
         "wrong_key": false, "found": ["EB69..."], "notes": []}
 """
@@ -525,8 +526,12 @@ def pinned_keyring(key: str | bytes, pinned: str) -> tuple[str, list[str], list[
     return _armor(b"".join(packet.raw for packet in kept)), found, notes
 
 
-def openpgp_pinned_keyring(key: Any, fingerprint: Any) -> dict[str, Any]:
-    """The filter: a result dict; `problem` is the one-line reason when `ok` is false."""
+def openpgp_pinned_keyring(key: Any, fingerprint: Any, encoding: str = "text") -> dict[str, Any]:
+    """The filter: a result dict; `problem` is the one-line reason when `ok` is false.
+
+    encoding="base64": `key` is the file's bytes base64-encoded (repo_trust_fetch's
+    content_base64), so that a binary file reaches the filter byte for byte.
+    """
     pinned = str(fingerprint).replace(" ", "").upper()
     if not re.fullmatch(r"[0-9A-F]{40}", pinned):
         raise AnsibleFilterError(
@@ -534,6 +539,14 @@ def openpgp_pinned_keyring(key: Any, fingerprint: Any) -> dict[str, Any]:
             "digits (a version 4 key's full fingerprint)")
     if not isinstance(key, str | bytes):
         raise AnsibleFilterError("openpgp_pinned_keyring expects the key file's content")
+    if encoding == "base64":
+        try:
+            key = base64.b64decode(key, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise AnsibleFilterError(
+                f"openpgp_pinned_keyring: the content is not base64 ({exc})") from exc
+    elif encoding != "text":
+        raise AnsibleFilterError(f"openpgp_pinned_keyring: unknown encoding {encoding!r}")
     try:
         keyring, found, notes = pinned_keyring(key, pinned)
     except Refused as refusal:

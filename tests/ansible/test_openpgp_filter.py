@@ -25,8 +25,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.ansible.playbook import ANSIBLE_DIR
+from tests.ansible.playbook import ANSIBLE_DIR, run_local_play
 from tests.fixtures.vendor_keys import VENDOR_KEYS
+from tests.support.loopback_http import serve_directory
 
 
 def _load_filter() -> ModuleType:
@@ -208,6 +209,38 @@ def test_binary_read_through_ansibles_text_conversion_is_accepted(keys: Keys) ->
     as_text = keys.binary.decode("utf-8", "surrogateescape")
     result = pinned_keyring(as_text, keys.pinned)
     assert result["ok"], result["problem"]
+
+
+def test_a_key_file_fetched_as_repo_trust_fetches_it(keys: Keys, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """repo_trust_fetch, then the filter, in a local play: binary files arrive byte for byte.
+
+    `uri` with return_content cannot carry a binary (non-UTF-8) file back to the
+    controller at all (Ansible refuses to deserialize it), so a binary keyring served
+    by a mirror would stop the play with Ansible's error instead of the filter's line.
+    """
+    served = tmp_path / "served"
+    served.mkdir()
+    files = {"one.gpg": keys.binary, "two.gpg": keys.binary + keys.other_binary,
+             "one.asc": keys.armored.encode()}
+    for name, data in files.items():
+        (served / name).write_bytes(data)
+    monkeypatch.setenv("ANSIBLE_LIBRARY", str(ANSIBLE_DIR / "roles" / "repo_trust" / "library"))
+    with serve_directory(served, tmp_path / "http.log") as base_url:
+        tasks: list[dict[str, Any]] = [
+            {"name": f"fetch {name}", "repo_trust_fetch": {"url": f"{base_url}/{name}"},
+             "register": f"fetched_{index}"} for index, name in enumerate(files)]
+        tasks.append({"name": "check", "ansible.builtin.debug": {"msg": [
+            f"RESULT {name}: {{{{ (fetched_{index}.content_base64 | openpgp_pinned_keyring("
+            f"'{keys.pinned}', encoding='base64')).problem or 'accepted' }}}}"
+            for index, name in enumerate(files)]}})
+        run = run_local_play(tmp_path, [{"hosts": "localhost", "gather_facts": False,
+                                         "tasks": tasks}])
+    assert run.returncode == 0, run.explain()
+    flat = " ".join(run.output.split())
+    assert "RESULT one.gpg: accepted" in flat
+    assert "RESULT one.asc: accepted" in flat
+    assert f"RESULT two.gpg: holds the pinned key {keys.pinned} and also {keys.other};" in flat
 
 
 def test_the_rebuilt_keyring_is_the_pinned_key_to_gpg_and_gpgv(keys: Keys,
