@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fleet.records import error_stub, record, write
+from tests.fleet.records import error_stub, finding, record, write
 from workloads.fleet.command import render_fleet
 from workloads.fleet.load import host_from_record
 from workloads.fleet.render_html import render_html
@@ -55,6 +55,25 @@ def test_the_four_outputs_name_the_slow_and_the_broken_host(tmp_path: Path) -> N
     table = list(csv.DictReader(io.StringIO((tmp_path / "out" / "fleet.csv").read_text())))
     assert {r["host"] for r in table if r["outlier"] == "True"} == {"h1"}
     assert "| h9 |" in (tmp_path / "out" / "fleet.md").read_text()
+
+
+def test_a_host_is_marked_only_in_the_charts_where_it_stands_out(tmp_path: Path) -> None:
+    """CPU hosts: every figure is the host's (no GPU index), as in a CPU battery."""
+    records = [{"env": {"host": f"h{i}", "cpu": "EPYC", "cpu_count": 2}, "status": "done",
+                "findings": [finding("matmul", "CPU", "float32", 150.0, unit="GFLOP/s"),
+                             finding("allreduce", "2 logical CPU devices", "4 MiB",
+                                     0.5 if i == 2 else 1.5, unit="GB/s")]}
+               for i in range(4)]
+    fleet = judge([host_from_record(r["env"]["host"], r) for r in records])
+    page = render_html(fleet, "fleet")
+    marked: dict[str, set[str]] = {}
+    series = ""
+    for tag, attrs in _elements(page):
+        if tag == "svg":
+            series = str(attrs["data-series"])
+        elif tag == "circle" and attrs.get("data-outlier") == "true":
+            marked.setdefault(series, set()).add(str(attrs["data-host"]))
+    assert marked == {"allreduce 4 MiB": {"h2"}}
 
 
 @given(name=st.text(min_size=1, max_size=40), reason=st.text(max_size=80))

@@ -76,7 +76,8 @@ def _summary(fleet: FleetVerdict) -> list[str]:
     return out
 
 
-def _chart(stats: SeriesStats, figures: list[Figure], outlying: set[tuple[str, str | None]]) -> str:
+def _chart(stats: SeriesStats, figures: list[Figure],
+           outlying: set[tuple[str, str, str | None]]) -> str:
     """A dot per host (and device), the group median, the outlier bound and the datasheet lines."""
     figures = sorted(figures, key=lambda f: (f.host, f.device or ""))
     lines: list[tuple[str, float, str]] = []
@@ -115,7 +116,7 @@ def _chart(stats: SeriesStats, figures: list[Figure], outlying: set[tuple[str, s
                      f"{_e(name)} {value:.4g}</text>")
     step = plot_w / max(len(figures), 1)
     for index, figure in enumerate(figures):
-        is_out = (figure.host, figure.device) in outlying
+        is_out = (figure.host, figure.check, figure.device) in outlying
         colour = COLOURS["warn"] if is_out else COLOURS.get(figure.verdict, COLOURS["pass"])
         cx, cy = PAD_LEFT + step * (index + 0.5), y(figure.value)
         label = f"{figure.host}{' ' + figure.device if figure.device else ''}"
@@ -136,7 +137,7 @@ def _chart(stats: SeriesStats, figures: list[Figure], outlying: set[tuple[str, s
 
 def render_html(fleet: FleetVerdict, title: str) -> str:
     """The whole page."""
-    outlying = {(o.figure.host, o.figure.device) for o in fleet.outliers}
+    outlying = {(o.figure.host, o.figure.check, o.figure.device) for o in fleet.outliers}
     figures_by: dict[tuple[str, str], list[Figure]] = defaultdict(list)
     group_of = {h.name: h.group for h in fleet.hosts}
     for host in fleet.hosts:
