@@ -9,6 +9,7 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -59,12 +60,13 @@ def test_the_four_outputs_name_the_slow_and_the_broken_host(tmp_path: Path) -> N
 
 def test_a_host_is_marked_only_in_the_charts_where_it_stands_out(tmp_path: Path) -> None:
     """CPU hosts: every figure is the host's (no GPU index), as in a CPU battery."""
-    records = [{"env": {"host": f"h{i}", "cpu": "EPYC", "cpu_count": 2}, "status": "done",
-                "findings": [finding("matmul", "CPU", "float32", 150.0, unit="GFLOP/s"),
-                             finding("allreduce", "2 logical CPU devices", "4 MiB",
-                                     0.5 if i == 2 else 1.5, unit="GB/s")]}
-               for i in range(4)]
-    fleet = judge([host_from_record(r["env"]["host"], r) for r in records])
+    records: dict[str, dict[str, Any]] = {
+        f"h{i}": {"env": {"host": f"h{i}", "cpu": "EPYC", "cpu_count": 2}, "status": "done",
+                  "findings": [finding("matmul", "CPU", "float32", 150.0, unit="GFLOP/s"),
+                               finding("allreduce", "2 logical CPU devices", "4 MiB",
+                                       0.5 if i == 2 else 1.5, unit="GB/s")]}
+        for i in range(4)}
+    fleet = judge([host_from_record(name, r) for name, r in records.items()])
     page = render_html(fleet, "fleet")
     marked: dict[str, set[str]] = {}
     series = ""
