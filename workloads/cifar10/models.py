@@ -136,7 +136,7 @@ MODELS: dict[str, ModelSpec] = {
         128,
         None,
         _application(keras.applications.ResNet50V2),
-        "ResNet50V2 at 128x128 (seed 002)",
+        "ResNet50V2 at 128x128",
     ),
     "resnet152v2": ModelSpec(
         "resnet152v2",
@@ -150,6 +150,6 @@ MODELS: dict[str, ModelSpec] = {
         128,
         None,
         _application(keras.applications.DenseNet121),
-        "DenseNet121 at 128x128 (seed 004)",
+        "DenseNet121 at 128x128",
     ),
 }
