@@ -107,6 +107,30 @@ def ca_secret() -> Iterator[Path]:
         yield path
 
 
+# The last modification time given to a private Dockerfile copy (ns), so each is newer.
+_LAST_DOCKERFILE_MTIME = [0]
+
+
+@contextmanager
+def private_dockerfile(path: Path) -> Iterator[Path]:
+    """A copy of the Dockerfile at ``path`` with a modification time no copy had before.
+
+    Why: BuildKit keeps the Dockerfile it was last sent for a context (the Docker CLI
+    names that cache by the context's directory), and sends it again only when its
+    size or modification time changed. A fresh clone gives every file the same time,
+    so after building images/ngc/Dockerfile, ``-f images/pip/Dockerfile`` of the same
+    size built the ngc file again, under the pip tag. A copy whose time is newer than
+    every earlier one is always sent.
+    """
+    with tempfile.TemporaryDirectory(prefix="tfhost-dockerfile.") as folder:
+        copy = Path(folder) / path.name
+        shutil.copyfile(path, copy)
+        stamp = max(time.time_ns(), _LAST_DOCKERFILE_MTIME[0] + 1_000_000_000)
+        _LAST_DOCKERFILE_MTIME[0] = stamp
+        os.utime(copy, ns=(stamp, stamp))
+        yield copy
+
+
 def build(dockerfile: str, tag: str, buildargs: dict[str, str],
           context: Path = REPO) -> str:
     """Build ``dockerfile`` (relative to ``context``) with BuildKit on the engine; returns ``tag``.
@@ -120,9 +144,9 @@ def build(dockerfile: str, tag: str, buildargs: dict[str, str],
         previous = client.images.get(tag).id
     except docker.errors.ImageNotFound:
         previous = None
-    with ca_secret() as secret:
+    with ca_secret() as secret, private_dockerfile(context / dockerfile) as private:
         command = [*buildkit_command(), "--progress=plain", "--network", "host",
-                   "--secret", f"id=build-ca,src={secret}", "-f", str(context / dockerfile),
+                   "--secret", f"id=build-ca,src={secret}", "-f", str(private),
                    "-t", tag]
         for name, value in buildargs.items():
             command += ["--build-arg", f"{name}={value}"]

@@ -242,3 +242,17 @@ def test_bake_vgg19_runs_from_exactly_the_files_the_dockerfile_copies(
         result = _bake(tmp_path, url, FAKE_WEIGHTS_MD5, source=source)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("bake-vgg19: VGG19 weights baked in at "), result.stderr
+
+
+def test_the_dockerfiles_of_one_context_differ_in_size() -> None:
+    """All three are built from the repository root. BuildKit keeps the Dockerfile last
+    sent for a context and sends a new one only when its size or modification time
+    differs; a fresh clone gives every file the same time. So `docker compose build`
+    or the README's `docker build -f ...` commands, in a fresh clone, would build the
+    first Dockerfile's text again under the second one's tag if the two had one size."""
+    sizes: dict[int, list[str]] = {}
+    for flavour, path in DOCKERFILES.items():
+        sizes.setdefault(path.stat().st_size, []).append(flavour)
+    same = [names for names in sizes.values() if len(names) > 1]
+    assert same == [], (f"images/{{{','.join(same[0])}}}/Dockerfile have one size: change one "
+                        "(a comment will do), or BuildKit may build one for the other")
