@@ -7,8 +7,8 @@ WantedBy=multi-user.target`, so `systemctl enable` is all it takes. Ubuntu's
 nvidia-compute-utils-<branch> unit is static (no [Install]; a udev rule starts it
 when the driver binds) and runs `--no-persistence-mode`: enabling it does
 nothing, and `nvidia-smi -pm 1` is lost at the next boot. The role reads the unit
-the host has, rather than guessing from the OS, and writes a drop-in only where
-the unit needs one.
+the host has, rather than guessing from the OS, and writes a drop-in (ExecStart,
+[Install]) only where the unit needs one.
 
     {{ unit_text | nvidia_driver_persistenced_unit }}
     -> {"exec_start": ["/usr/bin/nvidia-persistenced --user nvidia-persistenced
