@@ -191,10 +191,13 @@ def test_persistenced_sets_persistence_as_its_unit_starts_it(
     read = _persistenced_filter()(unit)
     assert read["persistence_off"] is not on_at_start
     pid = _start_daemon(root, read["exec_start"][-1])
-    assert _persistence(root) == ["Enabled" if on_at_start else "Disabled"] * 2
-    assert "All done." in _run("nvidia-smi", root, "-pm", "1").stdout
-    assert _persistence(root) == ["Enabled"] * 2
-    _stop_daemon(root, pid)  # the daemon turns persistence off for every GPU when it stops
+    try:
+        assert _persistence(root) == ["Enabled" if on_at_start else "Disabled"] * 2
+        assert "All done." in _run("nvidia-smi", root, "-pm", "1").stdout
+        assert _persistence(root) == ["Enabled"] * 2
+    finally:
+        _stop_daemon(root, pid)
+    # The daemon turned persistence off for every GPU when it stopped.
     assert _persistence(root) == ["Disabled"] * 2
     pid = _start_daemon(root, read["exec_start_on"][-1])
     try:
