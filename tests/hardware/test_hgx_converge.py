@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +32,9 @@ from tests.ansible.lab import CONTAINER_VARS
 from tests.ansible.playbook import REPO, PlaybookRun, run_playbook, write_inventory
 from tests.ansible.target import TargetHost, docker, start_target, target_image
 from tests.ansible.timings import record_timing
-from tests.fixtures.aptrepo import build_stub_repos, serve_directory
+from tests.fixtures.aptrepo import build_repo, build_stub_repos, serve_directory
+from tests.fixtures.aptrepo.catalog import driver_packages, fabric_manager_packages
+from tests.fixtures.aptrepo.signing import generate_key
 from tests.hardware.machines import H100_HGX
 from tests.support.image_registry import Repository, image_registry, repository_from_image
 
@@ -51,6 +54,8 @@ class HgxRun:
     vars_file: Path
     first: PlaybookRun
     second: PlaybookRun
+    repos_root: Path  # served at base_url while the module runs
+    base_url: str
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +80,7 @@ def hgx(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                                  timeout=PLAY_TIMEOUT)
             second = run_playbook(inventory, [vars_file], workdir / "hgx-2.log", "--tags", TAGS,
                                   timeout=PLAY_TIMEOUT)
-            yield HgxRun(host, vars_file, first, second)
+            yield HgxRun(host, vars_file, first, second, repos.root, base_url)
         finally:
             host.remove()
 
@@ -360,6 +365,96 @@ def test_testinfra_exporter_check_passes_on_the_hgx_host(hgx: HgxRun,
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
     assert "3 passed" in suite.stdout, suite.stdout[-2000:]
+
+
+# --- A newer point release of the branch in the repository ------------------------------
+POINT_RELEASE = "570.999.01-1"  # a later build of the converged branch (570.148.08-1)
+
+
+@dataclass
+class PointReleaseRuns:
+    candidate: str  # apt-cache policy's candidate for Fabric Manager once the repository has it
+    first: PlaybookRun
+    second: PlaybookRun
+    installed: list[str]
+    held: set[str]
+    active: str
+    log: str
+
+
+@pytest.fixture(scope="module")
+def point_release(hgx: HgxRun) -> Iterator[PointReleaseRuns]:
+    """The HGX host with its driver held at 570.148.08 and no Fabric Manager yet (a host whose
+    driver was there before NVSwitch support was turned on, or a node image with the driver
+    baked in), while a repository it reads holds 570.999.01 of the driver and Fabric Manager.
+
+    Fabric Manager refuses to start when its version is not the loaded driver's (the stub
+    compares with what the installed nvidia-smi reports, as the daemon does with the kernel
+    module's). Before the fix the role installed the newest build of the branch (570.999.01),
+    which never started, and the play failed waiting for the fabric.
+    """
+    assert hgx.first.returncode == 0, "converge failed; see the first test"
+    host = hgx.host
+    # Off the host as NVIDIA's package leaves it: stopped (its prerm), then the unit gone.
+    host.exec("systemctl", "stop", "nvidia-fabricmanager")
+    host.exec("apt-mark", "unhold", "nvidia-fabricmanager-570")
+    host.exec("apt-get", "purge", "-qq", "-y", "nvidia-fabricmanager-570")
+    host.exec("systemctl", "daemon-reload")
+    with tempfile.TemporaryDirectory(prefix="fm-point-release-gpg-") as keys:
+        key = generate_key(Path(keys), "point release stub <point@example.invalid>")
+        try:
+            build_repo(hgx.repos_root / "fm-point-release",
+                       driver_packages(POINT_RELEASE) + fabric_manager_packages(POINT_RELEASE),
+                       key, "NVIDIA", "NVIDIA CUDA")
+            public_key = key.public_armored
+        finally:
+            key.close()
+    keyring, sources = "/etc/apt/keyrings/point-release.asc", "/etc/apt/sources.list.d/point.list"
+    host.exec("tee", keyring, stdin=public_key)
+    host.exec("tee", sources,
+              stdin=f"deb [signed-by={keyring}] {hgx.base_url}/fm-point-release/ /\n")
+    # A short wait for the fabric: before the fix it never came, and the play would wait 300 s.
+    quick = hgx.vars_file.with_name("hgx-point-release-vars.yml")
+    quick.write_text(yaml.safe_dump({"nvidia_driver_fabric_timeout": 20}))
+    inventory = hgx.vars_file.with_name("hgx.inventory.yml")
+    try:
+        host.exec("apt-get", "update", "-qq")  # what apt-daily.timer does on a real host
+        policy = host.exec("apt-cache", "policy", "nvidia-fabricmanager-570").stdout
+        candidate = next((line.split(":", 1)[1].strip() for line in policy.splitlines()
+                          if line.strip().startswith("Candidate:")), "")
+        first, second = (run_playbook(inventory, [hgx.vars_file, quick],
+                                      hgx.vars_file.with_name(f"hgx-point-release-{n}.log"),
+                                      "--tags", "nvidia_driver", timeout=PLAY_TIMEOUT)
+                         for n in (1, 2))
+        record_timing("HGX H100 stand-in: Fabric Manager pinned next to a newer point release",
+                      first.seconds + second.seconds)
+        yield PointReleaseRuns(
+            candidate, first, second,
+            _installed(host, "nvidia-fabricmanager-570", "nvidia-kernel-open-dkms"),
+            set(host.exec("apt-mark", "showhold").stdout.split()),
+            host.exec("systemctl", "is-active", "nvidia-fabricmanager", check=False).stdout.strip(),
+            host.exec("journalctl", "-u", "nvidia-fabricmanager", "--no-pager", "-n", "5",
+                      check=False).stdout)
+    finally:
+        host.exec("rm", "-f", sources, keyring)
+        host.exec("apt-get", "update", "-qq")
+
+
+def test_fabric_manager_gets_the_held_drivers_build_not_the_newest(
+        point_release: PointReleaseRuns) -> None:
+    assert point_release.candidate == POINT_RELEASE  # the repository offers the newer build
+    run = point_release.first
+    assert run.returncode == 0, run.explain() + point_release.log
+    assert point_release.installed == ["nvidia-fabricmanager-570 570.148.08-1",
+                                       "nvidia-kernel-open-dkms 570.148.08-1"]
+    assert {"nvidia-fabricmanager-570", "nvidia-kernel-open-dkms"} <= point_release.held
+    assert point_release.active == "active", point_release.log
+    assert _said(run, "NVLink fabric initialised on 8 GPU(s): State Completed, Status Success")
+
+
+def test_the_pinned_fabric_manager_rerun_changes_nothing(point_release: PointReleaseRuns) -> None:
+    assert point_release.second.returncode == 0, point_release.second.explain()
+    assert point_release.second.recap["changed"] == 0, point_release.second.explain()
 
 
 # Last in the module: it moves the HGX host to branch 575, which no test above expects.
