@@ -374,12 +374,15 @@ POINT_RELEASE = "570.999.01-1"  # a later build of the converged branch (570.148
 @dataclass
 class PointReleaseRuns:
     candidate: str  # apt-cache policy's candidate for Fabric Manager once the repository has it
-    first: PlaybookRun
-    second: PlaybookRun
-    installed: list[str]
+    first: PlaybookRun  # no Fabric Manager yet
+    installed: list[str]  # after the first run
     held: set[str]
     active: str
     log: str
+    repair: PlaybookRun  # Fabric Manager 570.999.01 installed and held, as the role left it before
+    repaired: list[str]
+    repaired_active: str
+    second: PlaybookRun  # the same again
 
 
 @pytest.fixture(scope="module")
@@ -422,19 +425,35 @@ def point_release(hgx: HgxRun) -> Iterator[PointReleaseRuns]:
         policy = host.exec("apt-cache", "policy", "nvidia-fabricmanager-570").stdout
         candidate = next((line.split(":", 1)[1].strip() for line in policy.splitlines()
                           if line.strip().startswith("Candidate:")), "")
-        first, second = (run_playbook(inventory, [hgx.vars_file, quick],
-                                      hgx.vars_file.with_name(f"hgx-point-release-{n}.log"),
-                                      "--tags", "nvidia_driver", timeout=PLAY_TIMEOUT)
-                         for n in (1, 2))
-        record_timing("HGX H100 stand-in: Fabric Manager pinned next to a newer point release",
-                      first.seconds + second.seconds)
-        yield PointReleaseRuns(
-            candidate, first, second,
+        def run(name: str) -> PlaybookRun:
+            return run_playbook(inventory, [hgx.vars_file, quick],
+                                hgx.vars_file.with_name(f"hgx-point-release-{name}.log"),
+                                "--tags", "nvidia_driver", timeout=PLAY_TIMEOUT)
+
+        def active() -> str:
+            return host.exec("systemctl", "is-active", "nvidia-fabricmanager",
+                             check=False).stdout.strip()
+
+        first = run("1")
+        installed, held, first_active = (
             _installed(host, "nvidia-fabricmanager-570", "nvidia-kernel-open-dkms"),
-            set(host.exec("apt-mark", "showhold").stdout.split()),
-            host.exec("systemctl", "is-active", "nvidia-fabricmanager", check=False).stdout.strip(),
-            host.exec("journalctl", "-u", "nvidia-fabricmanager", "--no-pager", "-n", "5",
-                      check=False).stdout)
+            set(host.exec("apt-mark", "showhold").stdout.split()), active())
+        log = host.exec("journalctl", "-u", "nvidia-fabricmanager", "--no-pager", "-n", "5",
+                        check=False).stdout
+        # A host the role converged before the fix: the newest build, held, and failed.
+        host.exec("apt-mark", "unhold", "nvidia-fabricmanager-570")
+        host.exec("apt-get", "install", "-qq", "-y", "--allow-downgrades",
+                  f"nvidia-fabricmanager-570={POINT_RELEASE}")
+        host.exec("apt-mark", "hold", "nvidia-fabricmanager-570")
+        host.exec("systemctl", "restart", "nvidia-fabricmanager", check=False)
+        repair = run("repair")
+        repaired = _installed(host, "nvidia-fabricmanager-570")
+        repaired_active = active()
+        second = run("2")
+        record_timing("HGX H100 stand-in: Fabric Manager pinned next to a newer point release",
+                      first.seconds + repair.seconds + second.seconds)
+        yield PointReleaseRuns(candidate, first, installed, held, first_active, log,
+                               repair, repaired, repaired_active, second)
     finally:
         host.exec("rm", "-f", sources, keyring)
         host.exec("apt-get", "update", "-qq")
@@ -450,6 +469,15 @@ def test_fabric_manager_gets_the_held_drivers_build_not_the_newest(
     assert {"nvidia-fabricmanager-570", "nvidia-kernel-open-dkms"} <= point_release.held
     assert point_release.active == "active", point_release.log
     assert _said(run, "NVLink fabric initialised on 8 GPU(s): State Completed, Status Success")
+
+
+def test_a_fabric_manager_of_the_newer_build_is_moved_to_the_drivers(
+        point_release: PointReleaseRuns) -> None:
+    """The state the role left before the fix (Fabric Manager 570.999.01, held, refusing to
+    start) is repaired: moved to the driver's build through its hold, and started."""
+    assert point_release.repair.returncode == 0, point_release.repair.explain()
+    assert point_release.repaired == ["nvidia-fabricmanager-570 570.148.08-1"]
+    assert point_release.repaired_active == "active"
 
 
 def test_the_pinned_fabric_manager_rerun_changes_nothing(point_release: PointReleaseRuns) -> None:
