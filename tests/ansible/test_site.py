@@ -295,41 +295,6 @@ def test_secure_boot_without_an_enrolled_key_is_refused_with_the_mok_steps(
     assert run.recap["changed"] == 0
 
 
-EFI_GLOBAL = "8be4df61-93ca-11d2-aa0d-00e098032b8c"  # UEFI's global-variable GUID
-
-
-def test_secure_boot_from_the_efi_variable_alone_is_refused_with_the_mok_steps(
-        scenarios: Scenarios) -> None:
-    """No mokutil on the host, but the firmware's SecureBoot variable says on: the play still
-    stops before any change. Before the fix only mokutil was asked; without it Secure Boot
-    was taken as off, the unsigned DKMS module was installed, and the kernel refused it
-    after the reboot. The variables are efivarfs files (4 attribute bytes, then the value)
-    in a fake firmware directory the role is pointed at, as on a UEFI host with Secure Boot
-    on in User Mode."""
-    host = scenarios.converge.result().host
-    firmware = "/srv/fake-efi"
-    assert host.exec("test", "-e", "/usr/bin/mokutil", check=False).returncode != 0
-    host.exec("mkdir", "-p", f"{firmware}/efivars")
-    # Attributes 0x06 (boot-service and runtime access), then the one-byte value.
-    host.exec("sh", "-c", f"printf '\\006\\000\\000\\000\\001' "
-                          f">{firmware}/efivars/SecureBoot-{EFI_GLOBAL}")
-    host.exec("sh", "-c", f"printf '\\006\\000\\000\\000\\000' "
-                          f">{firmware}/efivars/SetupMode-{EFI_GLOBAL}")
-    try:
-        run = _rerun(scenarios, "secure-boot-efivar", "--tags", "nvidia_driver",
-                     extra={"nvidia_driver_efi_path": firmware})
-    finally:
-        host.exec("rm", "-rf", firmware)
-    assert run.returncode != 0, run.explain()
-    assert run.failed_task == ("nvidia_driver : Refuse Secure Boot without an enrolled key,"
-                               " with the MOK enrolment steps")
-    said = " ".join(run.output.split())
-    assert "on, decided by the EFI variable SecureBoot." in said
-    assert "Secure Boot is enabled on" in said and "Nothing was changed." in said
-    assert "mokutil --import /var/lib/dkms/mok.pub" in said
-    assert run.recap["changed"] == 0
-
-
 def test_gpu_validation_fails_clearly_without_its_image(scenarios: Scenarios) -> None:
     _set_stub_gpus(scenarios, ["NVIDIA A100-SXM4-40GB, 8.0, 40960"])
     try:

@@ -367,6 +367,45 @@ def test_testinfra_exporter_check_passes_on_the_hgx_host(hgx: HgxRun,
     assert "3 passed" in suite.stdout, suite.stdout[-2000:]
 
 
+# --- Secure Boot read from the firmware, without mokutil ---------------------------------
+EFI_GLOBAL = "8be4df61-93ca-11d2-aa0d-00e098032b8c"  # UEFI's global-variable GUID
+
+
+def test_secure_boot_from_the_efi_variable_alone_is_refused_with_the_mok_steps(
+        hgx: HgxRun) -> None:
+    """No mokutil on the host, but the firmware's SecureBoot variable says on: the play stops
+    before any change with the MOK steps. Before the fix only mokutil was asked; without it
+    Secure Boot was taken as off, the unsigned DKMS module was installed, and the kernel
+    refused it after the reboot. The variables are efivarfs files (4 attribute bytes, then
+    the value) in a fake firmware directory the role is pointed at, as on a UEFI host with
+    Secure Boot on in User Mode (the container's own /sys/firmware is masked by Docker)."""
+    assert hgx.first.returncode == 0, "converge failed; see the first test"
+    host, firmware = hgx.host, "/srv/fake-efi"
+    assert host.exec("test", "-e", "/usr/bin/mokutil", check=False).returncode != 0
+    host.exec("mkdir", "-p", f"{firmware}/efivars")
+    # Attributes 0x06 (boot-service and runtime access), then the one-byte value.
+    host.exec("sh", "-c", f"printf '\\006\\000\\000\\000\\001' "
+                          f">{firmware}/efivars/SecureBoot-{EFI_GLOBAL}")
+    host.exec("sh", "-c", f"printf '\\006\\000\\000\\000\\000' "
+                          f">{firmware}/efivars/SetupMode-{EFI_GLOBAL}")
+    settings = hgx.vars_file.with_name("hgx-secure-boot-vars.yml")
+    settings.write_text(yaml.safe_dump({"nvidia_driver_efi_path": firmware}))
+    try:
+        run = run_playbook(hgx.vars_file.with_name("hgx.inventory.yml"), [hgx.vars_file, settings],
+                           hgx.vars_file.with_name("hgx-secure-boot.log"),
+                           "--tags", "nvidia_driver", timeout=PLAY_TIMEOUT)
+    finally:
+        host.exec("rm", "-rf", firmware)
+    assert run.returncode != 0, run.explain()
+    assert run.failed_task == ("nvidia_driver : Refuse Secure Boot without an enrolled key,"
+                               " with the MOK enrolment steps"), run.explain()
+    said = " ".join(run.output.split())
+    assert "on, decided by the EFI variable SecureBoot." in said
+    assert "Secure Boot is enabled on" in said and "Nothing was changed." in said
+    assert "mokutil --import /var/lib/dkms/mok.pub" in said
+    assert run.recap["changed"] == 0
+
+
 # --- A newer point release of the branch in the repository ------------------------------
 POINT_RELEASE = "570.999.01-1"  # a later build of the converged branch (570.148.08-1)
 
