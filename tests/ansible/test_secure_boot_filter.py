@@ -3,7 +3,7 @@
 The inputs are what `slurp` returns for /sys/firmware/efi/efivars/SecureBoot-<GUID> and
 SetupMode-<GUID> (base64 of 4 attribute bytes, little-endian, then the data) and what
 `mokutil --sb-state` prints. The play-level refusal from the EFI variable alone is in
-tests/ansible/test_site.py.
+tests/hardware/test_hgx_converge.py (on the HGX stand-in, without mokutil).
 """
 
 from __future__ import annotations
