@@ -442,6 +442,8 @@ def point_release(hgx: HgxRun) -> Iterator[PointReleaseRuns]:
     host.exec("apt-mark", "unhold", "nvidia-fabricmanager-570")
     host.exec("apt-get", "purge", "-qq", "-y", "nvidia-fabricmanager-570")
     host.exec("systemctl", "daemon-reload")
+    # Nor the role's Fabric Manager pin: such a host never had one.
+    host.exec("rm", "-f", "/etc/apt/preferences.d/nvidia-cuda-fabricmanager.pref")
     with tempfile.TemporaryDirectory(prefix="fm-point-release-gpg-") as keys:
         key = generate_key(Path(keys), "point release stub <point@example.invalid>")
         try:
