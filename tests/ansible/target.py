@@ -90,6 +90,15 @@ class TargetHost:
             self.exec("systemctl", "is-active", unit, check=False).stdout.strip())
             for unit in units}
 
+    def reboot(self) -> None:
+        """Reboot the stand-in: systemd (PID 1) shuts down, and boots again in the container.
+
+        What a reboot keeps and loses is real: the disk stays, /run and /tmp (tmpfs)
+        start empty, and only what the units on disk start at boot runs again.
+        """
+        docker("restart", "--time", "20", self.name, timeout=120)
+        _wait_for_systemd(self)
+
     def remove(self) -> None:
         """Stop systemd cleanly (SIGRTMIN+3), then delete the container."""
         docker("stop", "--time", "20", self.name, check=False, timeout=60)

@@ -568,3 +568,37 @@ def test_ubuntu_upgrade_replaces_the_branch_named_packages(
     assert leftovers == [], "packages of the old branch are still installed"
     assert second.returncode == 0, second.explain()
     assert second.recap["changed"] == 0, second.explain()
+
+
+# --- a reboot the play did not do ------------------------------------------------------
+# Last for each stand-in: it reboots the converged host.
+
+def test_persistence_mode_survives_a_reboot_the_play_did_not_do(platform_run: PlatformRun) -> None:
+    """Two GPUs, then a reboot: the daemon is back and nvidia-smi says Enabled on each GPU.
+
+    Ubuntu's nvidia-compute-utils unit is static and passes --no-persistence-mode
+    (tests/fixtures/persistenced_units.py): without the role's drop-in (ExecStart, [Install])
+    nothing started the daemon, or it started with persistence mode off, and what
+    `nvidia-smi -pm 1` had set was gone with /run. EL9's unit needs neither and must
+    come back all the same.
+    """
+    host = platform_run.host
+    host.exec("mkdir", "-p", "/var/lib/nvidia-stub")
+    host.exec("tee", "/var/lib/nvidia-stub/gpus", stdin="NVIDIA H100 80GB HBM3, 9.0, 81559\n" * 2)
+    started = time.monotonic()
+    try:
+        host.reboot()
+        record_timing(f"{platform_run.platform.key}: reboot", time.monotonic() - started)
+        active = host.exec("systemctl", "is-active", "nvidia-persistenced",
+                           check=False).stdout.strip()
+        modes = host.exec("nvidia-smi", "--query-gpu=index,persistence_mode",
+                          "--format=csv,noheader", check=False).stdout
+        command = host.exec("systemctl", "show", "--property=ExecStart",
+                            "nvidia-persistenced").stdout
+    finally:
+        host.exec("rm", "-f", "/var/lib/nvidia-stub/gpus")
+    assert modes.splitlines() == ["0, Enabled", "1, Enabled"], f"after the reboot: {modes!r}"
+    assert active == "active", command
+    flags = [word for word in command.split()
+             if word in ("--persistence-mode", "--no-persistence-mode")]
+    assert flags[-1:] != ["--no-persistence-mode"], command  # the last one wins

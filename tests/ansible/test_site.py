@@ -232,8 +232,17 @@ def test_gpu_below_compute_capability_fails_naming_the_card(scenarios: Scenarios
     assert "GPU 0 (NVIDIA H100 80GB HBM3) on" not in flat
 
 
+def _persistence_modes(report: str) -> list[str]:
+    return [" ".join(line.split()) for line in report.splitlines() if "Persistence Mode" in line]
+
+
 def test_supported_gpus_pass_and_start_the_persistence_daemon(scenarios: Scenarios) -> None:
-    """The daemon runs, and every GPU reports persistence mode on (the stub starts with it off)."""
+    """The daemon runs, and every GPU reports persistence mode on (the stub starts with it off).
+
+    Then the boot's part: the daemon stops (persistence mode goes off with it) and
+    multi-user.target is started again, as at boot: the unit must come back by itself,
+    with persistence mode on (the Ubuntu stand-ins reboot for real: test_platforms.py).
+    """
     _set_stub_gpus(scenarios, ["NVIDIA A100-SXM4-40GB, 8.0, 40960",
                                "NVIDIA H100 80GB HBM3, 9.0, 81559"])
     host = scenarios.converge.result().host
@@ -242,6 +251,12 @@ def test_supported_gpus_pass_and_start_the_persistence_daemon(scenarios: Scenari
         running = host.exec("systemctl", "is-active", "nvidia-persistenced",
                             check=False).stdout.strip()
         report = host.exec("nvidia-smi", "-q", check=False).stdout
+        host.exec("systemctl", "stop", "nvidia-persistenced")
+        stopped = host.exec("nvidia-smi", "-q", check=False).stdout
+        host.exec("systemctl", "start", "multi-user.target")
+        booted = host.exec("systemctl", "is-active", "nvidia-persistenced",
+                           check=False).stdout.strip()
+        after_boot = host.exec("nvidia-smi", "-q", check=False).stdout
     finally:
         _set_stub_gpus(scenarios, [])
         host.exec("systemctl", "stop", "nvidia-persistenced")
@@ -249,8 +264,10 @@ def test_supported_gpus_pass_and_start_the_persistence_daemon(scenarios: Scenari
     assert run.returncode == 0, run.explain()
     assert "NVIDIA A100-SXM4-40GB, 8.0" in run.output
     assert running == "active"
-    modes = [" ".join(line.split()) for line in report.splitlines() if "Persistence Mode" in line]
-    assert modes == ["Persistence Mode : Enabled"] * 2, report
+    assert _persistence_modes(report) == ["Persistence Mode : Enabled"] * 2, report
+    assert _persistence_modes(stopped) == ["Persistence Mode : Disabled"] * 2, stopped
+    assert booted == "active"
+    assert _persistence_modes(after_boot) == ["Persistence Mode : Enabled"] * 2, after_boot
 
 
 def test_cdi_spec_is_generated_for_the_gpus_and_kept_current(scenarios: Scenarios) -> None:

@@ -102,3 +102,22 @@ def test_fabric_manager_is_named_by_branch_before_580_and_plainly_from_580(
                                           "RedHat": ["nvidia-fabric-manager"]}
     assert _packages(tmp_path, "580") == {"Debian": ["nvidia-fabricmanager"],
                                           "RedHat": ["nvidia-fabricmanager"]}
+
+
+def test_fabric_manager_is_asked_for_at_the_drivers_build_with_nvlsm_on_nvlink5(
+        tmp_path: Path) -> None:
+    """The specs the role installs, per OS family, as NVIDIA's driver containers write them
+    (install.sh: nvidia-fabricmanager-570=570.148.08-1, `nvlsm infiniband-diags` on NVLink 5;
+    the dnf containers: nvidia-fabric-manager-570.148.08)."""
+    out = tmp_path / "specs.json"
+    run = _play(tmp_path, [{
+        "name": "Write the specs",
+        "ansible.builtin.copy": {"content": "{{ __nvidia_driver_fabric_specs | to_json }}",
+                                 "dest": str(out), "mode": "0644"},
+        "vars": {"nvidia_driver_branch": "570", "__nvidia_driver_version": ["570.148.08"],
+                 "__nvidia_driver_nvlink5": True},
+    }])
+    assert run.returncode == 0, run.explain()
+    assert json.loads(out.read_text()) == {
+        "Debian": ["nvidia-fabricmanager-570=570.148.08-*", "nvlsm", "infiniband-diags"],
+        "RedHat": ["nvidia-fabric-manager-570.148.08", "nvlsm", "infiniband-diags"]}

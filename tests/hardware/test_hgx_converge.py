@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +32,9 @@ from tests.ansible.lab import CONTAINER_VARS
 from tests.ansible.playbook import REPO, PlaybookRun, run_playbook, write_inventory
 from tests.ansible.target import TargetHost, docker, start_target, target_image
 from tests.ansible.timings import record_timing
-from tests.fixtures.aptrepo import build_stub_repos, serve_directory
+from tests.fixtures.aptrepo import build_repo, build_stub_repos, serve_directory
+from tests.fixtures.aptrepo.catalog import driver_packages, fabric_manager_packages
+from tests.fixtures.aptrepo.signing import generate_key
 from tests.hardware.machines import H100_HGX
 from tests.support.image_registry import Repository, image_registry, repository_from_image
 
@@ -51,6 +54,8 @@ class HgxRun:
     vars_file: Path
     first: PlaybookRun
     second: PlaybookRun
+    repos_root: Path  # served at base_url while the module runs
+    base_url: str
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +80,7 @@ def hgx(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                                  timeout=PLAY_TIMEOUT)
             second = run_playbook(inventory, [vars_file], workdir / "hgx-2.log", "--tags", TAGS,
                                   timeout=PLAY_TIMEOUT)
-            yield HgxRun(host, vars_file, first, second)
+            yield HgxRun(host, vars_file, first, second, repos.root, base_url)
         finally:
             host.remove()
 
@@ -360,6 +365,165 @@ def test_testinfra_exporter_check_passes_on_the_hgx_host(hgx: HgxRun,
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
     assert "3 passed" in suite.stdout, suite.stdout[-2000:]
+
+
+# --- Secure Boot read from the firmware, without mokutil ---------------------------------
+EFI_GLOBAL = "8be4df61-93ca-11d2-aa0d-00e098032b8c"  # UEFI's global-variable GUID
+
+
+def test_secure_boot_from_the_efi_variable_alone_is_refused_with_the_mok_steps(
+        hgx: HgxRun) -> None:
+    """No mokutil on the host, but the firmware's SecureBoot variable says on: the play stops
+    before any change with the MOK steps. Before the fix only mokutil was asked; without it
+    Secure Boot was taken as off, the unsigned DKMS module was installed, and the kernel
+    refused it after the reboot. The variables are efivarfs files (4 attribute bytes, then
+    the value) in a fake firmware directory the role is pointed at, as on a UEFI host with
+    Secure Boot on in User Mode (the container's own /sys/firmware is masked by Docker)."""
+    assert hgx.first.returncode == 0, "converge failed; see the first test"
+    host, firmware = hgx.host, "/srv/fake-efi"
+    assert host.exec("test", "-e", "/usr/bin/mokutil", check=False).returncode != 0
+    host.exec("mkdir", "-p", f"{firmware}/efivars")
+    # Attributes 0x06 (boot-service and runtime access), then the one-byte value.
+    host.exec("sh", "-c", f"printf '\\006\\000\\000\\000\\001' "
+                          f">{firmware}/efivars/SecureBoot-{EFI_GLOBAL}")
+    host.exec("sh", "-c", f"printf '\\006\\000\\000\\000\\000' "
+                          f">{firmware}/efivars/SetupMode-{EFI_GLOBAL}")
+    settings = hgx.vars_file.with_name("hgx-secure-boot-vars.yml")
+    settings.write_text(yaml.safe_dump({"nvidia_driver_efi_path": firmware}))
+    try:
+        run = run_playbook(hgx.vars_file.with_name("hgx.inventory.yml"), [hgx.vars_file, settings],
+                           hgx.vars_file.with_name("hgx-secure-boot.log"),
+                           "--tags", "nvidia_driver", timeout=PLAY_TIMEOUT)
+    finally:
+        host.exec("rm", "-rf", firmware)
+    assert run.returncode != 0, run.explain()
+    assert run.failed_task == ("nvidia_driver : Refuse Secure Boot without an enrolled key,"
+                               " with the MOK enrolment steps"), run.explain()
+    said = " ".join(run.output.split())
+    assert "on, decided by the EFI variable SecureBoot." in said
+    assert "Secure Boot is enabled on" in said and "Nothing was changed." in said
+    assert "mokutil --import /var/lib/dkms/mok.pub" in said
+    assert run.recap["changed"] == 0
+
+
+# --- A newer point release of the branch in the repository ------------------------------
+POINT_RELEASE = "570.999.01-1"  # a later build of the converged branch (570.148.08-1)
+
+
+@dataclass
+class PointReleaseRuns:
+    candidate: str  # apt-cache policy's candidate for Fabric Manager once the repository has it
+    first: PlaybookRun  # no Fabric Manager yet
+    installed: list[str]  # after the first run
+    held: set[str]
+    active: str
+    log: str
+    repair: PlaybookRun  # Fabric Manager 570.999.01 installed and held, as the role left it before
+    repaired: list[str]
+    repaired_active: str
+    second: PlaybookRun  # the same again
+
+
+@pytest.fixture(scope="module")
+def point_release(hgx: HgxRun) -> Iterator[PointReleaseRuns]:
+    """The HGX host with its driver held at 570.148.08 and no Fabric Manager yet (a host whose
+    driver was there before NVSwitch support was turned on, or a node image with the driver
+    baked in), while a repository it reads holds 570.999.01 of the driver and Fabric Manager.
+
+    Fabric Manager refuses to start when its version is not the loaded driver's (the stub
+    compares with what the installed nvidia-smi reports, as the daemon does with the kernel
+    module's). Before the fix the role installed the newest build of the branch (570.999.01),
+    which never started, and the play failed waiting for the fabric.
+    """
+    assert hgx.first.returncode == 0, "converge failed; see the first test"
+    host = hgx.host
+    # Off the host as NVIDIA's package leaves it: stopped (its prerm), then the unit gone.
+    host.exec("systemctl", "stop", "nvidia-fabricmanager")
+    host.exec("apt-mark", "unhold", "nvidia-fabricmanager-570")
+    host.exec("apt-get", "purge", "-qq", "-y", "nvidia-fabricmanager-570")
+    host.exec("systemctl", "daemon-reload")
+    # Nor the role's Fabric Manager pin: such a host never had one.
+    host.exec("rm", "-f", "/etc/apt/preferences.d/nvidia-cuda-fabricmanager.pref")
+    with tempfile.TemporaryDirectory(prefix="fm-point-release-gpg-") as keys:
+        key = generate_key(Path(keys), "point release stub <point@example.invalid>")
+        try:
+            build_repo(hgx.repos_root / "fm-point-release",
+                       driver_packages(POINT_RELEASE) + fabric_manager_packages(POINT_RELEASE),
+                       key, "NVIDIA", "NVIDIA CUDA")
+            public_key = key.public_armored
+        finally:
+            key.close()
+    keyring, sources = "/etc/apt/keyrings/point-release.asc", "/etc/apt/sources.list.d/point.list"
+    host.exec("tee", keyring, stdin=public_key)
+    host.exec("tee", sources,
+              stdin=f"deb [signed-by={keyring}] {hgx.base_url}/fm-point-release/ /\n")
+    # A short wait for the fabric: before the fix it never came, and the play would wait 300 s.
+    quick = hgx.vars_file.with_name("hgx-point-release-vars.yml")
+    quick.write_text(yaml.safe_dump({"nvidia_driver_fabric_timeout": 20}))
+    inventory = hgx.vars_file.with_name("hgx.inventory.yml")
+    try:
+        host.exec("apt-get", "update", "-qq")  # what apt-daily.timer does on a real host
+        policy = host.exec("apt-cache", "policy", "nvidia-fabricmanager-570").stdout
+        candidate = next((line.split(":", 1)[1].strip() for line in policy.splitlines()
+                          if line.strip().startswith("Candidate:")), "")
+        def run(name: str) -> PlaybookRun:
+            return run_playbook(inventory, [hgx.vars_file, quick],
+                                hgx.vars_file.with_name(f"hgx-point-release-{name}.log"),
+                                "--tags", "nvidia_driver", timeout=PLAY_TIMEOUT)
+
+        def active() -> str:
+            return host.exec("systemctl", "is-active", "nvidia-fabricmanager",
+                             check=False).stdout.strip()
+
+        first = run("1")
+        installed, held, first_active = (
+            _installed(host, "nvidia-fabricmanager-570", "nvidia-kernel-open-dkms"),
+            set(host.exec("apt-mark", "showhold").stdout.split()), active())
+        log = host.exec("journalctl", "-u", "nvidia-fabricmanager", "--no-pager", "-n", "5",
+                        check=False).stdout
+        # A host the role converged before the fix: the newest build, held, and failed.
+        host.exec("apt-mark", "unhold", "nvidia-fabricmanager-570")
+        host.exec("apt-get", "install", "-qq", "-y", "--allow-downgrades",
+                  f"nvidia-fabricmanager-570={POINT_RELEASE}")
+        host.exec("apt-mark", "hold", "nvidia-fabricmanager-570")
+        host.exec("systemctl", "restart", "nvidia-fabricmanager", check=False)
+        repair = run("repair")
+        repaired = _installed(host, "nvidia-fabricmanager-570")
+        repaired_active = active()
+        second = run("2")
+        record_timing("HGX H100 stand-in: Fabric Manager pinned next to a newer point release",
+                      first.seconds + repair.seconds + second.seconds)
+        yield PointReleaseRuns(candidate, first, installed, held, first_active, log,
+                               repair, repaired, repaired_active, second)
+    finally:
+        host.exec("rm", "-f", sources, keyring)
+        host.exec("apt-get", "update", "-qq")
+
+
+def test_fabric_manager_gets_the_held_drivers_build_not_the_newest(
+        point_release: PointReleaseRuns) -> None:
+    assert point_release.candidate == POINT_RELEASE  # the repository offers the newer build
+    run = point_release.first
+    assert run.returncode == 0, run.explain() + point_release.log
+    assert point_release.installed == ["nvidia-fabricmanager-570 570.148.08-1",
+                                       "nvidia-kernel-open-dkms 570.148.08-1"]
+    assert {"nvidia-fabricmanager-570", "nvidia-kernel-open-dkms"} <= point_release.held
+    assert point_release.active == "active", point_release.log
+    assert _said(run, "NVLink fabric initialised on 8 GPU(s): State Completed, Status Success")
+
+
+def test_a_fabric_manager_of_the_newer_build_is_moved_to_the_drivers(
+        point_release: PointReleaseRuns) -> None:
+    """The state the role left before the fix (Fabric Manager 570.999.01, held, refusing to
+    start) is repaired: moved to the driver's build through its hold, and started."""
+    assert point_release.repair.returncode == 0, point_release.repair.explain()
+    assert point_release.repaired == ["nvidia-fabricmanager-570 570.148.08-1"]
+    assert point_release.repaired_active == "active"
+
+
+def test_the_pinned_fabric_manager_rerun_changes_nothing(point_release: PointReleaseRuns) -> None:
+    assert point_release.second.returncode == 0, point_release.second.explain()
+    assert point_release.second.recap["changed"] == 0, point_release.second.explain()
 
 
 # Last in the module: it moves the HGX host to branch 575, which no test above expects.

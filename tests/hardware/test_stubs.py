@@ -8,14 +8,22 @@ here, in a second, rather than in the HGX converge.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from tests.fixtures import persistenced_units
 from tests.fixtures.aptrepo.catalog import STUBS, ubuntu_signed_module_packages
 from tests.hardware.machines import H100_HGX, H100_PCIE, Machine
 
@@ -127,3 +135,72 @@ def test_ubuntu_signed_module_stubs_carry_the_names_the_role_installs(flavour: s
                for name in ("generic-hwe-24.04", "6.8.0-51-generic")}
     assert wanted <= names, wanted - names
     assert "linux-objects-nvidia-570-server-open-6.8.0-51-generic" in names
+
+
+# --- nvidia-persistenced: persistence mode as each vendor's unit starts it ------------
+
+def _persistenced_filter() -> Callable[[str], dict[str, Any]]:
+    spec = importlib.util.spec_from_file_location(
+        "persistenced_unit", ROLES / "nvidia_driver/filter_plugins/persistenced_unit.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found: Callable[[str], dict[str, Any]] = module.persistenced_unit
+    return found
+
+
+def _persistence(root: Path) -> list[str]:
+    """Each GPU's persistence mode, as an operator reads it: --query-gpu and -q agree."""
+    query = _run("nvidia-smi", root, "--query-gpu=persistence_mode", "--format=csv,noheader")
+    full = [line.split(":")[1].strip() for line in _run("nvidia-smi", root, "-q").stdout
+            .splitlines() if "Persistence Mode" in line]
+    assert query.stdout.split() == full, (query.stdout, full)
+    return full
+
+
+def _start_daemon(root: Path, exec_start: str) -> int:
+    """Run the unit's ExecStart with the stub as the binary, as systemd does (Type=forking)."""
+    words = shlex.split(exec_start)
+    assert words[0] == "/usr/bin/nvidia-persistenced", exec_start
+    started = subprocess.run(["sh", str(STUBS / "nvidia-persistenced"), *words[1:]],
+                             env={"NVIDIA_STUB_ROOT": str(root), "PATH": os.environ["PATH"]},
+                             capture_output=True, text=True, timeout=10, check=False)
+    assert started.returncode == 0, started.stderr  # the parent returns once the child runs
+    return int((root / "var/run/nvidia-persistenced/nvidia-persistenced.pid").read_text())
+
+
+def _stop_daemon(root: Path, pid: int) -> None:
+    """SIGTERM, as systemctl stop sends it; the daemon is gone when its PID file is."""
+    os.kill(pid, signal.SIGTERM)
+    pidfile = root / "var/run/nvidia-persistenced/nvidia-persistenced.pid"
+    deadline = time.monotonic() + 5
+    while pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not pidfile.exists(), "the daemon did not stop on SIGTERM"
+
+
+@pytest.mark.parametrize(("unit", "on_at_start"), [
+    pytest.param(persistenced_units.UBUNTU, False, id="ubuntu"),
+    pytest.param(persistenced_units.DEBIAN, True, id="debian"),
+    pytest.param(persistenced_units.EL9, True, id="el9"),
+])
+def test_persistenced_sets_persistence_as_its_unit_starts_it(
+        tmp_path: Path, unit: str, on_at_start: bool) -> None:
+    """The vendor's ExecStart, then the role's drop-in command where it writes one; then stop."""
+    root = _stub_root(tmp_path, H100_PCIE)
+    read = _persistenced_filter()(unit)
+    assert read["persistence_off"] is not on_at_start
+    pid = _start_daemon(root, read["exec_start"][-1])
+    try:
+        assert _persistence(root) == ["Enabled" if on_at_start else "Disabled"] * 2
+        assert "All done." in _run("nvidia-smi", root, "-pm", "1").stdout
+        assert _persistence(root) == ["Enabled"] * 2
+    finally:
+        _stop_daemon(root, pid)
+    # The daemon turned persistence off for every GPU when it stopped.
+    assert _persistence(root) == ["Disabled"] * 2
+    pid = _start_daemon(root, read["exec_start_on"][-1])
+    try:
+        assert _persistence(root) == ["Enabled"] * 2
+    finally:
+        _stop_daemon(root, pid)

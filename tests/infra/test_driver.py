@@ -64,10 +64,30 @@ def test_nouveau_is_not_loaded(host: Any) -> None:
     assert "nouveau" not in [line.split()[0] for line in modules.stdout.splitlines()]
 
 
-def test_persistence_daemon_is_enabled(host: Any, tfvars: dict[str, Any]) -> None:
+PERSISTENCE_FLAGS = ("--persistence-mode", "--no-persistence-mode")
+
+
+def _persistenced_unit(host: Any) -> dict[str, str]:
+    """The unit as systemd loaded it: the package's file with every drop-in applied."""
+    shown = host.check_output("systemctl show nvidia-persistenced.service "
+                              "--property=LoadState,WantedBy,RequiredBy,ExecStart")
+    return dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+
+
+def test_persistence_daemon_starts_at_boot_with_persistence_on(
+        host: Any, tfvars: dict[str, Any]) -> None:
+    """Something the boot starts wants the daemon, and its command line keeps persistence on.
+
+    `systemctl is-enabled` says "static" (exit 0) for Ubuntu's unit, which nothing
+    starts at boot but a udev rule, and which passes --no-persistence-mode.
+    """
     if not tfvars["nvidia_driver_persistenced"]:
         pytest.skip("nvidia_driver_persistenced is false")
-    assert host.service("nvidia-persistenced").is_enabled
+    unit = _persistenced_unit(host)
+    assert unit["LoadState"] == "loaded", unit
+    assert "multi-user.target" in (unit["WantedBy"] + " " + unit["RequiredBy"]).split(), unit
+    flags = [word for word in unit["ExecStart"].split() if word in PERSISTENCE_FLAGS]
+    assert flags[-1:] != ["--no-persistence-mode"], unit["ExecStart"]  # the last one wins
 
 
 def test_nvidia_smi_reports_no_gpu_cleanly_or_lists_gpus(host: Any, gpu_count: int) -> None:
@@ -91,3 +111,13 @@ def test_every_gpu_meets_the_minimum_compute_capability(host: Any, tfvars: dict[
 @pytest.mark.gpu
 def test_persistence_daemon_runs_with_gpus(host: Any) -> None:
     assert host.service("nvidia-persistenced").is_running
+
+
+@pytest.mark.gpu
+def test_every_gpu_has_persistence_mode_on(host: Any, tfvars: dict[str, Any]) -> None:
+    if not tfvars["nvidia_driver_persistenced"]:
+        pytest.skip("nvidia_driver_persistenced is false")
+    rows = host.check_output("nvidia-smi --query-gpu=index,name,persistence_mode "
+                             "--format=csv,noheader")
+    off = [row for row in rows.splitlines() if not row.endswith(", Enabled")]
+    assert not off, f"persistence mode is off on: {off}"
