@@ -9,28 +9,15 @@ release. The dnf specs are checked here only: no stand-in host runs Fabric Manag
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.ansible.playbook import ANSIBLE_DIR
+from tests.ansible.filter_plugin import load_filters
 
-
-def _load_filters() -> dict[str, Callable[..., Any]]:
-    spec = importlib.util.spec_from_file_location(
-        "driver_version_filter", ANSIBLE_DIR / "filter_plugins" / "driver_version.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    filters: dict[str, Callable[..., Any]] = module.FilterModule().filters()
-    return filters
-
-
-FILTERS = _load_filters()
+FILTERS = load_filters("driver_version.py")
 installed_driver_versions = FILTERS["installed_driver_versions"]
 installed_at_other_version = FILTERS["installed_at_other_version"]
 at_driver_version = FILTERS["at_driver_version"]

@@ -9,28 +9,17 @@ tests/ansible/test_other_driver.py runs the filter through the role against real
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.ansible.playbook import ANSIBLE_DIR
+from tests.ansible.filter_plugin import load_filters, load_plugin
 
-
-def _load() -> dict[str, Callable[..., Any]]:
-    spec = importlib.util.spec_from_file_location(
-        "nvidia_packages_filter", ANSIBLE_DIR / "filter_plugins" / "nvidia_packages.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found: dict[str, Callable[..., Any]] = {**module.FilterModule().filters(),
-                                            "branch_of": module.branch_of}
-    return found
-
-
-FILTERS = _load()
+FILTERS: dict[str, Callable[..., Any]] = {
+    **load_filters("nvidia_packages.py"),
+    "branch_of": load_plugin("nvidia_packages.py").branch_of}
 branch_of = FILTERS["branch_of"]
 other_branch = FILTERS["nvidia_other_branch"]
 versioned = FILTERS["nvidia_branch_versioned"]

@@ -9,28 +9,14 @@ tests/hardware/test_hgx_converge.py (on the HGX stand-in, without mokutil).
 from __future__ import annotations
 
 import base64
-import importlib.util
 import struct
-from collections.abc import Callable
-from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.ansible.playbook import ANSIBLE_DIR
+from tests.ansible.filter_plugin import load_filters
 
-
-def _load_filters() -> dict[str, Callable[..., Any]]:
-    spec = importlib.util.spec_from_file_location(
-        "secure_boot_filter", ANSIBLE_DIR / "filter_plugins" / "secure_boot.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    filters: dict[str, Callable[..., Any]] = module.FilterModule().filters()
-    return filters
-
-
-FILTERS = _load_filters()
+FILTERS = load_filters("secure_boot.py")
 efi_secure_boot = FILTERS["efi_secure_boot"]
 mokutil_secure_boot = FILTERS["mokutil_secure_boot"]
 secure_boot_decision = FILTERS["secure_boot_decision"]
