@@ -24,7 +24,6 @@ kernel's version.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +35,13 @@ from tests.ansible.platforms import UBUNTU2404
 from tests.ansible.playbook import PlaybookRun, run_playbook, write_inventory
 from tests.ansible.target import TargetHost, start_target, target_image
 from tests.ansible.timings import record_timing
-from tests.fixtures.aptrepo import build_repo, build_stub_repos, serve_directory
+from tests.fixtures.aptrepo import build_stub_repos, serve_directory
 from tests.fixtures.aptrepo.debs import PackageFile, StubPackage
-from tests.fixtures.aptrepo.signing import generate_key
-from tests.fixtures.aptrepo.ubuntu_archive import ubuntu_archive_driver, ubuntu_archive_modules
+from tests.fixtures.aptrepo.ubuntu_archive import (
+    build_signed_archive,
+    ubuntu_archive_driver,
+    ubuntu_archive_modules,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -116,13 +118,7 @@ def other_driver(docker_host: str,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[OtherDriverRuns]:
     workdir = tmp_path_factory.mktemp("other-driver")
     repos = build_stub_repos(workdir / "repos")
-    with tempfile.TemporaryDirectory(prefix="archive-gpg-") as keys:
-        key = generate_key(Path(keys), "Ubuntu Archive stand-in <ubuntu@example.invalid>")
-        try:
-            build_repo(repos.root / ARCHIVE, _archive(), key, "Ubuntu", "Ubuntu")
-            (repos.root / ARCHIVE / "key.asc").write_text(key.public_armored)
-        finally:
-            key.close()
+    build_signed_archive(repos.root / ARCHIVE, _archive())
     with serve_directory(repos.root, workdir / "http.log") as base_url:
         lab = Lab(workdir, repos, base_url, "127.0.0.1:9", target_image())
         host = start_target(lab.target_image, f"tfhost-otherdriver-{os.getpid()}", UBUNTU2404)
