@@ -27,8 +27,11 @@ new one. So a package belongs to a branch
   module package of the configured branch for that kernel is installed.
 
 The container toolkit (nvidia-container-*, libnvidia-container*) shares the
-prefixes, not the versions, and never belongs to a branch; neither does any
-package whose version is not a driver version (nvidia-prime 0.8.17,
+prefixes, not the versions, and never belongs to a branch; neither does
+nvidia-settings, whose version looks like a driver's but names no branch the
+driver needs (Ubuntu 24.04's own is 510.47.03 whatever driver is installed; the
+desktop tool is the site's, and the play neither removes nor holds it); nor
+does any package whose version is not a driver version (nvidia-prime 0.8.17,
 libnvidia-egl-wayland1 1:1.1.13).
 
     {{ ansible_facts['packages'] | nvidia_other_branch('570') }}
@@ -46,8 +49,8 @@ from typing import Any
 # The driver's own packages: their version is the driver's.
 _VERSIONED = re.compile(
     r"^(nvidia-|libnvidia-|libcuda|firmware-nvidia|cuda-drivers|xserver-xorg-video-nvidia-|kmod-nvidia)")
-# Same prefixes, other versions: the container toolkit.
-_NOT_DRIVER = re.compile(r"^(nvidia-container|libnvidia-container)")
+# Same prefixes, no driver branch: the container toolkit, and the desktop settings tool.
+_NOT_DRIVER = re.compile(r"^(nvidia-container|libnvidia-container|nvidia-settings$)")
 # A driver version: the branch (3 digits) and a dot, after an optional epoch.
 _DRIVER_VERSION = re.compile(r"^(?:[0-9]+:)?([0-9]{3})\.")
 # Canonical's prebuilt modules: the branch in the name, then the variant, then the

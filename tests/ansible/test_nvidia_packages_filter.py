@@ -66,7 +66,11 @@ NOT_A_DRIVER = [
     ("linux-image-nvidia", "6.8.0-1008.8"),
     ("linux-modules-nvidia-fs-6.8.0-1008-nvidia", "6.8.0-1008.8"),
     ("cuda-compat-12-8", "570.124.06-0ubuntu1"), ("libcudnn9-cuda-12", "9.8.0.87-1"),
+    # Ubuntu 24.04's own settings tool, whatever driver branch is installed beside it.
+    ("nvidia-settings", "510.47.03-0ubuntu4"),
 ]
+# Names that share a driver prefix and may carry a driver-like version, yet name no branch.
+NO_BRANCH_WHATEVER_THE_VERSION = ("nvidia-container", "libnvidia-container", "nvidia-settings")
 
 
 def test_the_ubuntu_archive_driver_is_all_another_branch() -> None:
@@ -181,8 +185,9 @@ def test_lookalikes_belong_to_no_branch(lookalike: tuple[str, str], branch: str,
     name, version = lookalike
     assert branch_of(name, version) is None
     # Not even at a version that looks like a driver's (the toolkit's are 1.x, but a
-    # mirror could renumber): the name rules the container toolkit out.
-    if name.startswith(("nvidia-container", "libnvidia-container")):
+    # mirror could renumber; NVIDIA's repository builds nvidia-settings at each driver's):
+    # the name rules them out.
+    if name.startswith(NO_BRANCH_WHATEVER_THE_VERSION):
         assert branch_of(name, data.draw(driver_version(branch))) is None
     assert other_branch(_facts(lookalike), branch) == []
 
