@@ -345,17 +345,25 @@ def test_vault_without_ngc_key_skips_the_login(scenarios: Scenarios) -> None:
 def test_rerun_restores_files_changed_by_hand(scenarios: Scenarios) -> None:
     """A re-run sends no task for a file already as the play leaves it (it compares the
     checksum, owner and mode it reads first); a change made by hand must still be undone:
-    an edited repository key, daemon.json and the NGC login opened to others."""
+    an edited repository key, daemon.json and the NGC login opened to others.
+
+    Also a file of the role's that is no longer wanted: the Fabric Manager pin an earlier
+    run wrote when the host was set to `nvidia_driver_fabricmanager: always` (this host
+    has no NVSwitch) goes, or it would hold the package to that run's build."""
     host = scenarios.converge.result().host
     key, daemon_json = "/etc/apt/keyrings/nvidia-cuda.asc", "/etc/docker/daemon.json"
     logins = "/root/.docker/config.json"
+    fabric_pin = "/etc/apt/preferences.d/nvidia-cuda-fabricmanager.pref"
     verified_key = host.read(key)
     host.exec("tee", "-a", key, stdin="# appended by hand\n")
     host.exec("chmod", "0600", daemon_json)
     host.exec("chmod", "0644", logins)
+    host.exec("tee", fabric_pin, stdin="Package: nvidia-fabricmanager-570\n"
+              "Pin: version 570.148.08-*\nPin-Priority: 1001\n")
     run = _rerun(scenarios, "hand-edits", "--tags", "nvidia_driver,docker,ngc")
     assert run.returncode == 0, run.explain()
     assert host.read(key) == verified_key
+    assert host.exec("test", "-e", fabric_pin, check=False).returncode != 0, "the stale pin stayed"
     modes = host.exec("stat", "-c", "%a %U", key, daemon_json, logins).stdout.split("\n")[:3]
     assert modes == ["644 root", "644 root", "600 root"]
 
