@@ -26,11 +26,17 @@ and the module's fixture only collects the result when pytest reaches it.
   stop the guest, so the job fails fast) and its stack is closed.
 
 The thread writes nothing to stdout (pytest's capture would hand it to whichever
-test is running); a job returns its timings and the fixture prints them.
+test is running); a job returns its timings and the fixture prints them. At the end
+of the session each job that ran gets one line in the terminal summary, also kept
+as JSON (`background-jobs.json` beside the other timings in $TFHOST_RESULTS or
+results/): when it started, how long it ran and how long the tests waited for it.
+A wait is the figure that says the job, not the foreground, set the session's length.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +48,7 @@ from typing import Any
 import pytest
 
 JOIN_TIMEOUT_S = 600
+RESULTS = Path(os.environ.get("TFHOST_RESULTS", Path(__file__).resolve().parents[2] / "results"))
 
 
 @dataclass
@@ -81,6 +88,8 @@ class JobHandle:
     error: BaseException | None = None
     started_at: float | None = None
     seconds: float | None = None
+    # How long the module's fixture waited for the job to finish (0 when it was done already).
+    waited: float | None = None
 
     def run(self) -> None:
         assert self.context is not None, "prepare() gives the job its work folder first"
@@ -142,6 +151,7 @@ class BackgroundJobs:
         self.queue: list[JobHandle] = []
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
+        self.session_start = time.monotonic()
 
     def _workdir(self, job: JobHandle) -> Path:
         factory: pytest.TempPathFactory = self.config._tmp_path_factory  # type: ignore[attr-defined]
@@ -189,7 +199,10 @@ class BackgroundJobs:
                 job.prepare(self._workdir(job))
             if not job.done.is_set():
                 job.run()
+        waiting_since = time.monotonic()
         job.done.wait()
+        if job.waited is None:
+            job.waited = time.monotonic() - waiting_since
         if job.error is not None:
             raise job.error
         return job.value
@@ -204,6 +217,25 @@ class BackgroundJobs:
             yield self.result(name)
         finally:
             _REGISTRY[name].close()
+
+    def timings(self) -> dict[str, dict[str, float | None]]:
+        """Per job that ran: seconds into the session it started, ran, and was waited for."""
+        return {job.name: {"started_after_s": round(job.started_at - self.session_start, 1),
+                           "ran_s": None if job.seconds is None else round(job.seconds, 1),
+                           "tests_waited_s": None if job.waited is None else round(job.waited, 1)}
+                for job in _REGISTRY.values() if job.started_at is not None}
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        timings = self.timings()
+        if not timings:
+            return
+        for name, figures in timings.items():
+            terminalreporter.write_line(
+                f"background job {name}: started {figures['started_after_s']} s into the session,"
+                f" ran {figures['ran_s']} s, the tests waited {figures['tests_waited_s']} s for it")
+        with suppress(OSError):  # a figure to keep, never a reason to fail the session
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            (RESULTS / "background-jobs.json").write_text(json.dumps(timings, indent=2) + "\n")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.stopping.set()  # the worker starts no further job

@@ -7,6 +7,7 @@ to a journal file, with times, so the order of events can be asserted.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -114,8 +115,10 @@ def _session(pytester: pytest.Pytester, *args: str, job_ticks: int = 10,
 
 
 @pytest.fixture(autouse=True)
-def _importable(monkeypatch: pytest.MonkeyPatch) -> None:
+def _importable(monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester) -> None:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
+    # The inner sessions' timings stay in their own folder, not in the suite's results/.
+    monkeypatch.setenv("TFHOST_RESULTS", str(pytester.path / "results"))
 
 
 def test_job_starts_after_collection_and_overlaps_earlier_tests(pytester: pytest.Pytester) -> None:
@@ -125,6 +128,19 @@ def test_job_starts_after_collection_and_overlaps_earlier_tests(pytester: pytest
     assert names.index("job start") < names.index("fast test end"), names
     assert names.index("job end") < names.index("slow test"), names
     assert names[-1] == "service down", names
+
+
+def test_the_summary_says_how_long_the_tests_waited_for_each_job(
+        pytester: pytest.Pytester) -> None:
+    """The job (about 3 s) outlasts the fast test (0.5 s): the slow module's fixture waits."""
+    result, _ = _session(pytester, job_ticks=30, fast_seconds=0.5)
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["background job slow: started * s into the session, ran * s,"
+                                 " the tests waited * s for it"])
+    figures = json.loads((pytester.path / "results" / "background-jobs.json").read_text())["slow"]
+    assert figures["ran_s"] >= 2.9
+    assert 1.0 <= figures["tests_waited_s"] <= figures["ran_s"], figures
+    assert 0 <= figures["started_after_s"] < 10
 
 
 def test_the_stack_closes_when_the_module_is_done(pytester: pytest.Pytester) -> None:
