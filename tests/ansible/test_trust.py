@@ -8,14 +8,13 @@ that add repositories on a host the vendors' own install guides set up first.
 
 from __future__ import annotations
 
-import base64
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.ansible.brownfield import write_vendor_file
 from tests.ansible.target import TEST_USER, TargetHost
 from tests.ansible.timings import record_timing
 from tests.ansible.trust_lab import APPENDED, CUDA_DIR, TWO_KEYS, TrustLab, trust_lab
@@ -194,15 +193,7 @@ def _seed_vendor_entries(host: TargetHost, lab: TrustLab) -> list[str]:
          lab.repos.root / "libnvidia-container/gpgkey"),
     ]
     for entry, key in files:
-        host.exec("tee", entry.path, stdin=entry.content)
-        host.exec("mkdir", "-p", entry.keyring.rsplit("/", 1)[0])
-        if entry.keyring.endswith(".asc"):
-            host.exec("tee", entry.keyring, stdin=key.read_text())
-        else:  # `gpg --dearmor`, as the guides do; the target has no gpg, so it runs here
-            binary = subprocess.run(["gpg", "--dearmor"], input=key.read_bytes(),
-                                    capture_output=True, check=True).stdout
-            host.exec("sh", "-c", f"base64 -d >{entry.keyring}",
-                      stdin=base64.b64encode(binary).decode())
+        write_vendor_file(host, entry, key.read_bytes())
     return [entry.path for entry, _ in files]
 
 
