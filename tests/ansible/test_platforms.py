@@ -422,12 +422,16 @@ def _brownfield(platform_run: PlatformRun) -> Brownfield:
 
 
 def _replacements(run: PlaybookRun, seeded: Seeded) -> dict[str, int]:
-    """How many of repo_trust's messages name each vendor file (one each: one line per file).
+    """How many lines repo_trust's "Say which files were replaced" printed for each vendor file.
 
-    Counted in the whitespace-flattened output: the YAML result format may fold a long line.
+    Counted in that task's whitespace-flattened output (the YAML result format may fold a
+    long line); the module's own result, which lists the same messages, is not counted.
     """
-    flat = " ".join(run.output.split())
-    return {path: flat.count(f"Replaced {path} (") + flat.count(f"Replacing {path} (")
+    said = " ".join(chunk for chunk in " ".join(run.output.split()).split("TASK [")
+                    if chunk.startswith("repo_trust : Say which files were replaced"))
+    # A file that held only the entry, the role's own file, a file with other entries kept.
+    forms = ("Replaced {path} (", "Replacing {path} (", "in {path} (")
+    return {path: sum(said.count(form.format(path=path)) for form in forms)
             for path in seeded.repo_files}
 
 
@@ -492,8 +496,9 @@ def test_brownfield_daemon_json_keeps_the_sites_setting(platform_run: PlatformRu
     for key, value in {**PREEXISTING_DAEMON_JSON, **USER_DAEMON_SETTING}.items():
         assert config.get(key) == value, f"daemon.json lost or changed {key!r}: {config}"
     assert "nvidia" in config.get("runtimes", {}), config
-    limits = platform_run.host.exec("docker", "info", "--format", "{{json .}}").stdout
-    assert '"DefaultUlimits"' not in limits or "65536" in limits
+    # dockerd runs with it (restarted for the NVIDIA runtime, the site's setting still read).
+    assert platform_run.host.unit_states(["docker.service"]) == {
+        "docker.service": "enabled/active"}
 
 
 def test_brownfield_driver_moved_off_the_guides_branch(platform_run: PlatformRun) -> None:
@@ -511,8 +516,12 @@ def test_brownfield_driver_moved_off_the_guides_branch(platform_run: PlatformRun
     assert all(version.startswith(f"{NEW_BRANCH}.") for version in versions.values()), versions
     locked = host.exec("dnf", "-q", "versionlock", "list").stdout.split()
     assert f"nvidia-driver-cuda-3:{versions['nvidia-driver-cuda']}.*" in locked, locked
-    stale = [entry for entry in locked if f":{OLD_BRANCH}." in entry]
+    # The driver's own packages lose the guide's locks; the guide's glob also locked
+    # the desktop profile's nvidia-settings, which the play does not manage (left as is).
+    stale = [entry for entry in locked
+             if f":{OLD_BRANCH}." in entry and not entry.startswith("nvidia-settings-")]
     assert stale == [], f"locks on the guide's branch are left: {stale}"
+
 
 # --- Rocky 9: the RedHat path's defects that a first real run found (issue 14, item 5) ---
 
