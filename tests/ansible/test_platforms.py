@@ -459,6 +459,22 @@ def test_brownfield_converge_replaced_each_vendor_entry_in_one_line(
     assert said == dict.fromkeys(brownfield.seeded.repo_files, 1), said
     again = _replacements(platform_run.second, brownfield.seeded)
     assert not any(again.values()), f"the re-run replaced something again: {again}"
+    flat = " ".join(run.output.split())
+    # What each line says: a file the play removes, a section removed from a file that keeps
+    # the vendor's other sections, and a file at the role's own path that its template rewrites.
+    if platform_run.platform.pkg_mgr == "dnf":
+        expected = ["Replaced /etc/yum.repos.d/cuda-rhel9.repo (repository [cuda-rhel9-x86_64];"
+                    " gpgkey ",
+                    "Replaced the repository [docker-ce-stable] in"
+                    " /etc/yum.repos.d/docker-ce.repo ",
+                    "Replacing /etc/yum.repos.d/nvidia-container-toolkit.repo (repository "
+                    "[nvidia-container-toolkit]; gpgkey "]
+    else:
+        expected = ["Replaced /etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list (entry for ",
+                    "Replaced /etc/apt/sources.list.d/docker.sources (entry for ",
+                    "Replacing /etc/apt/sources.list.d/nvidia-container-toolkit.list (entry for "]
+    for line in expected:
+        assert line in flat, f"{line!r} not in the converge's output"
 
 
 def test_brownfield_package_manager_reads_one_entry_per_repository(
@@ -488,6 +504,13 @@ def test_brownfield_package_manager_reads_one_entry_per_repository(
     docker.read_string(host.read("/etc/yum.repos.d/docker-ce.repo"))
     assert "docker-ce-stable" not in docker.sections()  # the other channels stay, disabled
     assert [docker[name]["enabled"] for name in docker.sections()] == ["0"] * 4
+    assert host.exec("test", "-e", "/etc/yum.repos.d/cuda-rhel9.repo", check=False).returncode
+    toolkit = configparser.ConfigParser()
+    toolkit.read_string(host.read("/etc/yum.repos.d/nvidia-container-toolkit.repo"))
+    assert sorted(toolkit.sections()) == [
+        "nvidia-container-toolkit", "nvidia-container-toolkit-experimental"]
+    assert toolkit["nvidia-container-toolkit"]["gpgkey"] == (
+        "file:///etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit")
 
 
 def test_brownfield_daemon_json_keeps_the_sites_setting(platform_run: PlatformRun) -> None:
@@ -815,7 +838,7 @@ def test_persistence_mode_survives_a_reboot_the_play_did_not_do(platform_run: Pl
     started = time.monotonic()
     try:
         host.reboot()
-        record_timing(f"{platform_run.platform.key}: reboot", time.monotonic() - started)
+        record_timing(f"{platform_run.key}: reboot", time.monotonic() - started)
         active = host.exec("systemctl", "is-active", "nvidia-persistenced",
                            check=False).stdout.strip()
         modes = host.exec("nvidia-smi", "--query-gpu=index,persistence_mode",
