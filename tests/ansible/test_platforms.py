@@ -5,6 +5,27 @@ container; this module runs them on each stand-in of tests/ansible/platforms.py,
 one OS at a time: one container converges, re-runs and gets tests/infra; a
 second, fresh one gets --check. tests/README.md says what a stand-in makes
 real and what it does not.
+
+Brownfield hosts (tests/ansible/brownfield.py): most hosts the play meets were
+set up by the vendors' guides first (cuda-keyring's list, Docker's and the
+toolkit's entries, an older driver branch installed and held or locked, a
+daemon.json of the site's). One Debian-family and one dnf stand-in start in that
+state; --check then runs on that same host (it must report the replacements
+and change no file under /etc, no package, no hold), then the converge, the
+re-run and tests/infra.
+
+* Ubuntu 24.04 is converted, not added: 22.04 runs the same tasks on a fresh
+  host (fresh --check, fresh converge of branch 570, the 570 -> 575 branch
+  upgrade, which moved here from 24.04), so nothing fresh is lost, and the
+  24.04 host's first converge is itself a 570 -> 575 move of branch-named
+  packages, now from holds the site set. It also saves 24.04's second
+  (fresh) container and its --check.
+* Rocky 9 brownfield is added beside the fresh Rocky host: the fresh host's
+  tests need what only a fresh host shows (the compute-only set with no desktop
+  package, the role's own locks moved by the 570 -> 575 upgrade and the flavour
+  change, the EPEL, kernel-devel and interrupted-run cases on a second fresh
+  container), while NVIDIA's guide leaves the desktop profile and the site's
+  own locks, which those assertions cannot hold on.
 """
 
 from __future__ import annotations
@@ -21,9 +42,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.ansible.brownfield import (
+    NEW_BRANCH,
+    OLD_BRANCH,
+    USER_DAEMON_SETTING,
+    Seeded,
+    brownfield_vars,
+    differences,
+    installed_nvidia_debs,
+    prepare_apt,
+    prepare_dnf,
+    snapshot,
+)
 from tests.ansible.fake_registry import fake_registry
 from tests.ansible.lab import CHECK_MODE_WITNESSES, UPGRADE_TAGS, UPGRADE_VARS, Lab
-from tests.ansible.platforms import STAND_INS, Platform
+from tests.ansible.platforms import ROCKY9, UBUNTU2204, UBUNTU2404, Platform
 from tests.ansible.playbook import (
     ANSIBLE_DIR,
     BIN,
@@ -34,12 +67,40 @@ from tests.ansible.playbook import (
     write_inventory,
 )
 from tests.ansible.rocky import RPM_CHECK_MODE_WITNESSES, prepare_rocky, rocky_image, rocky_vars
-from tests.ansible.target import TargetHost, start_target, target_image
+from tests.ansible.target import PREEXISTING_DAEMON_JSON, TargetHost, start_target, target_image
 from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_stub_repos, serve_directory
+from tests.fixtures.aptrepo.dockerce import build_docker_ce_repo
+from tests.fixtures.aptrepo.signing import generate_key
 from tests.fixtures.rpmrepo import RpmRepos, build_rpm_repos
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(3600)]
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """One OS stand-in, fresh or set up by the vendors' guides first."""
+
+    platform: Platform
+    brownfield: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.platform.key + ("-brownfield" if self.brownfield else "")
+
+
+# Ubuntu 22.04 and Rocky 9 fresh; Ubuntu 24.04 and a second Rocky 9 brownfield (see above).
+STAND_INS = [StandIn(UBUNTU2204), StandIn(UBUNTU2404, brownfield=True), StandIn(ROCKY9),
+             StandIn(ROCKY9, brownfield=True)]
+
+
+@dataclass
+class Brownfield:
+    """What the vendors' guides left on the host, and the host around its --check run."""
+
+    seeded: Seeded
+    before_check: dict[str, str]
+    after_check: dict[str, str]
 
 
 @dataclass
@@ -71,6 +132,12 @@ class PlatformRun:
     interrupted: PlaybookRun | None = None
     interrupted_wrote_repo: bool = False
     recovered_driver: str = ""
+    # A brownfield stand-in: --check ran on this host (not a fresh one) before the converge.
+    brownfield: Brownfield | None = None
+
+    @property
+    def key(self) -> str:
+        return self.platform.key + ("-brownfield" if self.brownfield else "")
 
 
 @dataclass
@@ -80,21 +147,31 @@ class PlatformLab:
     lab: Lab
     rpm_repos: RpmRepos
     rpm_base_url: str
+    docker_fingerprint: str
 
 
 @pytest.fixture(scope="module")
 def platform_lab(docker_host: str,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformLab]:
-    """Stub repositories (every OS's layout), the fake NGC registry and the target image."""
+    """Stub repositories (every OS's layout), the fake NGC registry and the target image.
+
+    Docker CE's Ubuntu 24.04 repository (its plugins) is there for the brownfield host.
+    """
     workdir = tmp_path_factory.mktemp("platforms")
     repos = build_stub_repos(workdir / "repos")
+    docker_key = generate_key(workdir / "docker-gpg", "Docker Release (CE deb) stub"
+                              " <docker@example.invalid>")
+    try:
+        build_docker_ce_repo(repos.root, docker_key, suite="noble")
+    finally:
+        docker_key.close()
     rpm_repos = build_rpm_repos(workdir / "rpmrepos")
     image = target_image()
     with serve_directory(repos.root, workdir / "repo-http.log") as base_url, \
             serve_directory(rpm_repos.root, workdir / "rpmrepo-http.log") as rpm_base_url, \
             fake_registry("$oauthtoken", EXAMPLE_NGC_API_KEY) as registry:
         yield PlatformLab(Lab(workdir, repos, base_url, registry.address, image), rpm_repos,
-                          rpm_base_url)
+                          rpm_base_url, docker_key.fingerprint)
 
 
 def _facts(inventory: Path, host: str) -> dict[str, str]:
@@ -115,7 +192,7 @@ def _facts(inventory: Path, host: str) -> dict[str, str]:
     return {key.removeprefix("ansible_"): str(facts.get(key, "")) for key in wanted}
 
 
-PARAMS = [pytest.param(platform, id=platform.key) for platform in STAND_INS]
+PARAMS = [pytest.param(stand_in, id=stand_in.key) for stand_in in STAND_INS]
 CUDA_RPM_REPO = "compute/cuda/repos/rhel9/x86_64"
 
 
@@ -142,16 +219,23 @@ def _interrupted_run(host: TargetHost, inventory: Path, vars_files: list[Path], 
 @pytest.fixture(scope="module", params=PARAMS)
 def platform_run(request: pytest.FixtureRequest,
                  platform_lab: PlatformLab) -> Iterator[PlatformRun]:
-    """Converge + re-run on one container of this OS; --check on a second, fresh one."""
-    platform: Platform = request.param
+    """Converge + re-run on one container of this OS; --check on a second, fresh one.
+
+    A brownfield stand-in gets --check on its own host first, before the converge.
+    """
+    stand_in: StandIn = request.param
+    platform = stand_in.platform
     lab = platform_lab.lab
-    suffix = f"{platform.key}-{os.getpid()}"
+    suffix = f"{stand_in.key}-{os.getpid()}"
     rpm_based = platform.pkg_mgr == "dnf"
     image = rocky_image() if rpm_based else lab.target_image
     vars_files = [lab.vars_file]
     if rpm_based:
         vars_files.append(lab.extra_vars_file(f"{suffix}-vars.yml", rocky_vars(
             platform_lab.rpm_repos, platform_lab.rpm_base_url)))
+    if stand_in.brownfield:
+        vars_files.append(lab.extra_vars_file(f"{suffix}-site.yml", brownfield_vars(
+            platform, lab.base_url, platform_lab.docker_fingerprint)))
 
     def start(name: str) -> TargetHost:
         target = start_target(image, name, platform)
@@ -168,8 +252,15 @@ def platform_run(request: pytest.FixtureRequest,
     try:
         inventory = write_inventory(lab.path(f"{suffix}.inventory.yml"), host.name)
         facts = _facts(inventory, host.name)
+        if stand_in.brownfield:
+            brownfield, check = _brownfield_check(host, stand_in, platform_lab, inventory,
+                                                  vars_files, lab.path(f"{suffix}-check.log"))
         first = run_playbook(inventory, vars_files, lab.path(f"{suffix}-converge-1.log"))
         second = run_playbook(inventory, vars_files, lab.path(f"{suffix}-converge-2.log"))
+        if stand_in.brownfield:
+            yield PlatformRun(platform, lab, host, inventory, facts, first, second, check, {},
+                              vars_files, brownfield=brownfield)
+            return
         fresh = start(f"tfhost-ans-fresh-{suffix}")
         fresh_inventory = write_inventory(lab.path(f"fresh-{suffix}.inventory.yml"), fresh.name)
         check = run_playbook(fresh_inventory, vars_files, lab.path(f"{suffix}-check.log"),
@@ -215,6 +306,22 @@ def platform_run(request: pytest.FixtureRequest,
         host.remove()
 
 
+def _brownfield_check(host: TargetHost, stand_in: StandIn, platform_lab: PlatformLab,
+                      inventory: Path, vars_files: list[Path],
+                      log: Path) -> tuple[Brownfield, PlaybookRun]:
+    """Set the host up as the vendors' guides do, then --check it, looking before and after."""
+    started = time.monotonic()
+    if stand_in.platform.pkg_mgr == "dnf":
+        seeded = prepare_dnf(host, platform_lab.rpm_repos, platform_lab.rpm_base_url)
+    else:
+        seeded = prepare_apt(host, stand_in.platform, platform_lab.lab.repos,
+                             platform_lab.lab.base_url)
+    record_timing(f"{stand_in.key}: set up by the vendors' guides", time.monotonic() - started)
+    before = snapshot(host)
+    check = run_playbook(inventory, vars_files, log, "--check")
+    return Brownfield(seeded, before, snapshot(host)), check
+
+
 def test_facts_identify_the_stand_in_as_its_os(platform_run: PlatformRun) -> None:
     platform = platform_run.platform
     assert platform_run.facts == {
@@ -227,14 +334,14 @@ def test_facts_identify_the_stand_in_as_its_os(platform_run: PlatformRun) -> Non
 
 def test_first_converge_succeeds(platform_run: PlatformRun) -> None:
     run = platform_run.first
-    record_timing(f"{platform_run.platform.key}: first converge", run.seconds)
+    record_timing(f"{platform_run.key}: first converge", run.seconds)
     assert run.returncode == 0, run.explain()
     assert run.recap["failed"] == 0 and run.recap["changed"] > 0
 
 
 def test_second_run_changes_nothing(platform_run: PlatformRun) -> None:
     run = platform_run.second
-    record_timing(f"{platform_run.platform.key}: idempotent re-run", run.seconds)
+    record_timing(f"{platform_run.key}: idempotent re-run", run.seconds)
     assert run.returncode == 0, run.explain()
     assert run.recap["changed"] == 0, run.explain()
 
@@ -252,31 +359,38 @@ def test_the_play_used_this_os_repository(platform_run: PlatformRun) -> None:
 
 def test_ubuntu_driver_packages_are_the_branch_named_headless_set(
         platform_run: PlatformRun) -> None:
-    """Ubuntu's compute-only set for branch 570, open modules, installed and held."""
+    """Ubuntu's compute-only set for the branch (570; 575 on the brownfield host), held."""
     if platform_run.platform.distribution != "Ubuntu":
         pytest.skip("Ubuntu names its driver packages by branch")
+    branch = NEW_BRANCH if platform_run.brownfield else "570"
     host = platform_run.host
     status = host.exec("dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Want}\\n",
                        "nvidia-*").stdout
     installed = {line.split()[0]: line.split()[1:] for line in status.splitlines()
                  if len(line.split()) == 3}
-    for name in ("nvidia-headless-570-open", "nvidia-dkms-570-open", "nvidia-utils-570",
-                 "nvidia-compute-utils-570", "nvidia-kernel-source-570-open"):
+    for name in (f"nvidia-headless-{branch}-open", f"nvidia-dkms-{branch}-open",
+                 f"nvidia-utils-{branch}", f"nvidia-compute-utils-{branch}",
+                 f"nvidia-kernel-source-{branch}-open"):
         assert name in installed, f"{name} is not installed: {sorted(installed)}"
         version, want = installed[name]
-        assert version.startswith("570."), f"{name} {version}"
+        assert version.startswith(f"{branch}."), f"{name} {version}"
         assert want == "hold", f"{name} is not held ({want})"
-    assert "nvidia-headless-570" not in installed  # the proprietary flavour stayed out
+    assert f"nvidia-headless-{branch}" not in installed  # the proprietary flavour stayed out
 
 
-def test_check_mode_passes_on_a_fresh_host(platform_run: PlatformRun) -> None:
+def test_check_mode_passes(platform_run: PlatformRun) -> None:
     run = platform_run.check
-    record_timing(f"{platform_run.platform.key}: check mode (fresh container)", run.seconds)
+    where = "brownfield host" if platform_run.brownfield else "fresh container"
+    record_timing(f"{platform_run.key}: check mode ({where})", run.seconds)
     assert run.returncode == 0, run.explain()
     assert run.recap["failed"] == 0
 
 
 def test_check_mode_changed_nothing(platform_run: PlatformRun) -> None:
+    if platform_run.brownfield:
+        brownfield = platform_run.brownfield
+        assert differences(brownfield.before_check, brownfield.after_check) == []
+        return
     assert platform_run.pristine_after_check == dict.fromkeys(platform_run.pristine_after_check,
                                                               True)
     assert set(CHECK_MODE_WITNESSES) <= set(platform_run.pristine_after_check)
@@ -292,11 +406,144 @@ def test_testinfra_suite_passes_on_the_converged_host(platform_run: PlatformRun)
          "-p", "no:cacheprovider", "-q", "-rs"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
-    record_timing(f"{platform_run.platform.key}: tests/infra", time.monotonic() - started)
+    record_timing(f"{platform_run.key}: tests/infra", time.monotonic() - started)
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
     summary = suite.stdout.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary, summary
 
+
+
+# --- brownfield hosts: set up by the vendors' guides before the play ----------------------
+
+def _brownfield(platform_run: PlatformRun) -> Brownfield:
+    if platform_run.brownfield is None:
+        pytest.skip("a check of a host the vendors' guides set up first")
+    return platform_run.brownfield
+
+
+def _replacements(run: PlaybookRun, seeded: Seeded) -> dict[str, int]:
+    """How many lines repo_trust's "Say which files were replaced" printed for each vendor file.
+
+    Counted in that task's whitespace-flattened output (the YAML result format may fold a
+    long line); the module's own result, which lists the same messages, is not counted.
+    """
+    said = " ".join(chunk for chunk in " ".join(run.output.split()).split("TASK [")
+                    if chunk.startswith("repo_trust : Say which files were replaced"))
+    # A file that held only the entry, the role's own file, a file with other entries kept.
+    forms = ("Replaced {path} (", "Replacing {path} (", "in {path} (")
+    return {path: sum(said.count(form.format(path=path)) for form in forms)
+            for path in seeded.repo_files}
+
+
+def test_brownfield_check_reports_each_replacement_and_the_driver_change(
+        platform_run: PlatformRun) -> None:
+    """--check names every vendor file the converge will replace, and what it installs."""
+    brownfield = _brownfield(platform_run)
+    run = platform_run.check
+    assert run.returncode == 0, run.explain()
+    assert run.recap["changed"] > 0, "check mode reported nothing to change"
+    said = _replacements(run, brownfield.seeded)
+    assert said == dict.fromkeys(brownfield.seeded.repo_files, 1), said
+    flat = " ".join(run.output.split())
+    assert "Check mode: the CUDA repository is not configured on this host yet" in flat
+    # "... a real run installs nvidia-headless-575-open, ..." / "enables nvidia-driver:575-open"
+    assert f"{NEW_BRANCH}-open" in flat.split("Check mode: the CUDA repository", 1)[1][:400]
+
+
+def test_brownfield_converge_replaced_each_vendor_entry_in_one_line(
+        platform_run: PlatformRun) -> None:
+    brownfield = _brownfield(platform_run)
+    run = platform_run.first
+    assert run.returncode == 0, run.explain()
+    said = _replacements(run, brownfield.seeded)
+    assert said == dict.fromkeys(brownfield.seeded.repo_files, 1), said
+    again = _replacements(platform_run.second, brownfield.seeded)
+    assert not any(again.values()), f"the re-run replaced something again: {again}"
+    flat = " ".join(run.output.split())
+    # What each line says: a file the play removes, a section removed from a file that keeps
+    # the vendor's other sections, and a file at the role's own path that its template rewrites.
+    if platform_run.platform.pkg_mgr == "dnf":
+        expected = ["Replaced /etc/yum.repos.d/cuda-rhel9.repo (repository [cuda-rhel9-x86_64];"
+                    " gpgkey ",
+                    "Replaced the repository [docker-ce-stable] in"
+                    " /etc/yum.repos.d/docker-ce.repo ",
+                    "Replacing /etc/yum.repos.d/nvidia-container-toolkit.repo (repository "
+                    "[nvidia-container-toolkit]; gpgkey "]
+    else:
+        expected = ["Replaced /etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list (entry for ",
+                    "Replaced /etc/apt/sources.list.d/docker.sources (entry for ",
+                    "Replacing /etc/apt/sources.list.d/nvidia-container-toolkit.list (entry for "]
+    for line in expected:
+        assert line in flat, f"{line!r} not in the converge's output"
+
+
+def test_brownfield_package_manager_reads_one_entry_per_repository(
+        platform_run: PlatformRun) -> None:
+    """apt: only the play's sources files, `apt-get update` clean. dnf: each id once, clean."""
+    _brownfield(platform_run)
+    host = platform_run.host
+    if platform_run.platform.pkg_mgr == "apt":
+        sources = host.exec("ls", "/etc/apt/sources.list.d/").stdout.split()
+        assert sources == ["docker.list", "nvidia-container-toolkit.list", "nvidia-cuda.list"]
+        update = host.exec("apt-get", "update", check=False)
+        assert update.returncode == 0, update.stderr
+        assert "W:" not in update.stderr and "E:" not in update.stderr, update.stderr
+        compose = host.exec("dpkg-query", "-W", "-f", "${Version}", "docker-compose-plugin",
+                            check=False).stdout
+        assert compose.startswith("2.38.2"), "docker-compose-plugin is not Docker's"
+        return
+    refresh = host.exec("dnf", "-q", "makecache", "--refresh", check=False)
+    assert refresh.returncode == 0, refresh.stderr
+    assert refresh.stderr.strip() == "", refresh.stderr
+    repolist = host.exec("dnf", "-q", "repolist", "--enabled").stdout.split("\n")[1:]
+    ids = [line.split()[0] for line in repolist if line.strip()]
+    assert len(ids) == len(set(ids)), ids
+    assert {"cuda-rhel9-x86_64", "docker-ce-stable", "nvidia-container-toolkit",
+            "epel"} <= set(ids), ids
+    docker = configparser.ConfigParser()
+    docker.read_string(host.read("/etc/yum.repos.d/docker-ce.repo"))
+    assert "docker-ce-stable" not in docker.sections()  # the other channels stay, disabled
+    assert [docker[name]["enabled"] for name in docker.sections()] == ["0"] * 4
+    assert host.exec("test", "-e", "/etc/yum.repos.d/cuda-rhel9.repo", check=False).returncode
+    toolkit = configparser.ConfigParser()
+    toolkit.read_string(host.read("/etc/yum.repos.d/nvidia-container-toolkit.repo"))
+    assert sorted(toolkit.sections()) == [
+        "nvidia-container-toolkit", "nvidia-container-toolkit-experimental"]
+    assert toolkit["nvidia-container-toolkit"]["gpgkey"] == (
+        "file:///etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit")
+
+
+def test_brownfield_daemon_json_keeps_the_sites_setting(platform_run: PlatformRun) -> None:
+    _brownfield(platform_run)
+    config = json.loads(platform_run.host.read("/etc/docker/daemon.json"))
+    for key, value in {**PREEXISTING_DAEMON_JSON, **USER_DAEMON_SETTING}.items():
+        assert config.get(key) == value, f"daemon.json lost or changed {key!r}: {config}"
+    assert "nvidia" in config.get("runtimes", {}), config
+    # dockerd runs with it (restarted for the NVIDIA runtime, the site's setting still read).
+    assert platform_run.host.unit_states(["docker.service"]) == {
+        "docker.service": "enabled/active"}
+
+
+def test_brownfield_driver_moved_off_the_guides_branch(platform_run: PlatformRun) -> None:
+    """The branch the guide installed and held (or locked) gave way to the play's."""
+    brownfield = _brownfield(platform_run)
+    host = platform_run.host
+    assert brownfield.seeded.locked, "the guide's locks were not set up"
+    if platform_run.platform.pkg_mgr == "apt":
+        old = [name for name in installed_nvidia_debs(host) if f"-{OLD_BRANCH}" in name]
+        assert old == [], f"packages of the guide's branch {OLD_BRANCH} are left"
+        return
+    streams, listing = _enabled_streams(host)
+    assert streams == [["nvidia-driver", f"{NEW_BRANCH}-open", "[e]"]], listing
+    versions = _rpm_versions(host, "nvidia-driver-cuda", "kmod-nvidia-open-dkms")
+    assert all(version.startswith(f"{NEW_BRANCH}.") for version in versions.values()), versions
+    locked = host.exec("dnf", "-q", "versionlock", "list").stdout.split()
+    assert f"nvidia-driver-cuda-3:{versions['nvidia-driver-cuda']}.*" in locked, locked
+    # The driver's own packages lose the guide's locks; the guide's glob also locked
+    # the desktop profile's nvidia-settings, which the play does not manage (left as is).
+    stale = [entry for entry in locked
+             if f":{OLD_BRANCH}." in entry and not entry.startswith("nvidia-settings-")]
+    assert stale == [], f"locks on the guide's branch are left: {stale}"
 
 
 # --- Rocky 9: the RedHat path's defects that a first real run found (issue 14, item 5) ---
@@ -304,6 +551,8 @@ def test_testinfra_suite_passes_on_the_converged_host(platform_run: PlatformRun)
 def _rocky(platform_run: PlatformRun) -> TargetHost:
     if platform_run.platform.pkg_mgr != "dnf":
         pytest.skip("a RedHat-family check")
+    if platform_run.brownfield:
+        pytest.skip("a check of the fresh Rocky host (the brownfield one has its own below)")
     return platform_run.host
 
 
@@ -354,7 +603,7 @@ def test_rocky_refuses_to_go_on_without_dkms_when_epel_is_off(platform_run: Plat
     _rocky(platform_run)
     run = platform_run.epel_off
     assert run is not None
-    record_timing(f"{platform_run.platform.key}: EPEL off, refused", run.seconds)
+    record_timing(f"{platform_run.key}: EPEL off, refused", run.seconds)
     assert run.returncode != 0
     assert "No enabled repository" in run.output and "nvidia_driver_epel: true" in run.output
     assert platform_run.epel_off_driver == "", "the driver was installed anyway"
@@ -394,8 +643,8 @@ def test_rocky_kernel_devel_for_the_newest_installed_kernel(platform_run: Platfo
     _rocky(platform_run)
     gone, newest = platform_run.headers_gone, platform_run.headers_newest
     assert gone is not None and newest is not None
-    record_timing(f"{platform_run.platform.key}: kernel-devel gone, refused", gone.seconds)
-    record_timing(f"{platform_run.platform.key}: kernel-devel of the newest kernel", newest.seconds)
+    record_timing(f"{platform_run.key}: kernel-devel gone, refused", gone.seconds)
+    record_timing(f"{platform_run.key}: kernel-devel of the newest kernel", newest.seconds)
     # Only the CI machine's kernel runs, and no repository has its kernel-devel.
     assert gone.returncode != 0
     assert "is in no enabled repository" in gone.output and "dnf upgrade kernel" in gone.output
@@ -417,7 +666,7 @@ def test_rocky_run_interrupted_before_the_index_refresh_recovers(
     _rocky(platform_run)
     interrupted = platform_run.interrupted
     assert interrupted is not None
-    record_timing(f"{platform_run.platform.key}: driver run, CUDA index unreadable",
+    record_timing(f"{platform_run.key}: driver run, CUDA index unreadable",
                   interrupted.seconds)
     assert interrupted.returncode != 0
     assert platform_run.interrupted_wrote_repo, "the run should stop after writing the .repo file"
@@ -535,15 +784,16 @@ def test_rocky_flavour_change_switches_the_stream_and_the_locked_module(
     assert second.recap["changed"] == 0, second.explain()
 
 
-# --- the branch upgrade on the converged Ubuntu 24.04 host ---------------------------
+# --- the branch upgrade on the converged Ubuntu 22.04 host ---------------------------
 # Ubuntu names the driver packages by branch: a new branch is new package names, and the
 # old branch's must go. (Debian 12's test, in test_site.py, covers the apt family's path
 # where one name moves from one held version to the next.)
 
 @pytest.fixture(scope="module")
 def ubuntu_upgrade(platform_run: PlatformRun) -> tuple[PlaybookRun, PlaybookRun]:
-    if platform_run.platform.key != "ubuntu2404":
-        pytest.skip("the Ubuntu branch upgrade runs on 24.04 (22.04 runs the same tasks)")
+    if platform_run.key != "ubuntu2204":
+        pytest.skip("the Ubuntu branch upgrade runs on 22.04 (the 24.04 brownfield host's first"
+                    " converge moves the guide's 570 to 575)")
     return _twice(platform_run, "upgrade", {"nvidia_driver_branch": "575"}, "nvidia_driver",
                   "driver branch 570 -> 575")
 
@@ -588,7 +838,7 @@ def test_persistence_mode_survives_a_reboot_the_play_did_not_do(platform_run: Pl
     started = time.monotonic()
     try:
         host.reboot()
-        record_timing(f"{platform_run.platform.key}: reboot", time.monotonic() - started)
+        record_timing(f"{platform_run.key}: reboot", time.monotonic() - started)
         active = host.exec("systemctl", "is-active", "nvidia-persistenced",
                            check=False).stdout.strip()
         modes = host.exec("nvidia-smi", "--query-gpu=index,persistence_mode",

@@ -2,24 +2,20 @@
 
 Each test boots its own fresh target container (tests/ansible/target.py) and
 runs site.yml's nvidia_driver role against the stub CUDA repository
-(tests/ansible/trust_lab.py adds the hostile variants); one runs the three roles
-that add repositories on a host the vendors' own install guides set up first.
+(tests/ansible/trust_lab.py adds the hostile variants). A host the vendors' own
+install guides set up first is a brownfield stand-in of test_platforms.py.
 """
 
 from __future__ import annotations
 
-import base64
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.ansible.target import TEST_USER, TargetHost
-from tests.ansible.timings import record_timing
-from tests.ansible.trust_lab import APPENDED, CUDA_DIR, TWO_KEYS, TrustLab, trust_lab
-from tests.fixtures import vendor_repos
+from tests.ansible.target import TEST_USER
+from tests.ansible.trust_lab import APPENDED, TWO_KEYS, TrustLab, trust_lab
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(900)]
 
@@ -170,78 +166,3 @@ def test_no_root_through_user_owned_paths(lab: TrustLab) -> None:
     flat = " ".join(ngc.output.split())
     assert f"/home/{TEST_USER}/.docker is a symlink to /etc/docker" in flat
     assert venv_run.returncode == 0, venv_run.explain()
-
-
-EXISTING_ENTRY_TAGS = "nvidia_driver,docker,nvidia_container_toolkit"
-ROLES_OWN_SOURCES = [f"/etc/apt/sources.list.d/{name}" for name in (
-    "nvidia-cuda.list", "docker.list", "nvidia-container-toolkit.list")]
-
-
-def _seed_vendor_entries(host: TargetHost, lab: TrustLab) -> list[str]:
-    """What the vendors' guides leave on a host, pointing at the stub repositories.
-
-    cuda-keyring's list with its binary keyring, Docker's current deb822
-    docker.sources with the armored key it curls to /etc/apt/keyrings/docker.asc,
-    and the toolkit's list with its dearmored keyring (tests/fixtures/vendor_repos
-    cites each guide). Returns the sources files written.
-    """
-    base = lab.base_url
-    files = [
-        (vendor_repos.cuda_list(f"{base}/{CUDA_DIR}"), lab.repos.root / CUDA_DIR / "3bf863cc.pub"),
-        (vendor_repos.docker_sources(f"{base}/linux/debian"),
-         lab.repos.root / "linux/debian/gpg"),
-        (vendor_repos.toolkit_list(f"{base}/libnvidia-container"),
-         lab.repos.root / "libnvidia-container/gpgkey"),
-    ]
-    for entry, key in files:
-        host.exec("tee", entry.path, stdin=entry.content)
-        host.exec("mkdir", "-p", entry.keyring.rsplit("/", 1)[0])
-        if entry.keyring.endswith(".asc"):
-            host.exec("tee", entry.keyring, stdin=key.read_text())
-        else:  # `gpg --dearmor`, as the guides do; the target has no gpg, so it runs here
-            binary = subprocess.run(["gpg", "--dearmor"], input=key.read_bytes(),
-                                    capture_output=True, check=True).stdout
-            host.exec("sh", "-c", f"base64 -d >{entry.keyring}",
-                      stdin=base64.b64encode(binary).decode())
-    return [entry.path for entry, _ in files]
-
-
-def test_a_host_set_up_by_the_vendors_guides_converges(lab: TrustLab) -> None:
-    """cuda-keyring's list, Docker's docker.sources and the toolkit's list are on the host.
-
-    Before the fix each role wrote its own entry beside the vendor's for the same URI
-    with another Signed-By: apt stopped with "Conflicting values set for option
-    Signed-By" and nothing installed. Now each role replaces the vendor's entry,
-    naming the file in one line (the toolkit's is at the role's own path: its
-    template rewrites it, and the line says so); apt reads the result cleanly, and
-    the re-run changes nothing.
-    """
-    host, inventory = lab.start(f"tfhost-trust-existing-{SUFFIX}")
-    extra = {**lab.docker_ce_vars(), "nvidia_driver_kernel_headers_packages": ["kmod"]}
-    try:
-        seeded = _seed_vendor_entries(host, lab)
-        before = host.exec("apt-get", "update", check=False)
-        first = lab.run(inventory, "existing-1", extra, "--tags", EXISTING_ENTRY_TAGS)
-        sources = host.exec("ls", "/etc/apt/sources.list.d/").stdout.split()
-        update = host.exec("apt-get", "update", check=False)
-        compose = host.exec("dpkg-query", "--show", "--showformat", "${Version}",
-                            "docker-compose-plugin", check=False).stdout
-        second = lab.run(inventory, "existing-2", extra, "--tags", EXISTING_ENTRY_TAGS)
-    finally:
-        host.remove()
-    record_timing("trust: vendor-set-up host, first run", first.seconds)
-    record_timing("trust: vendor-set-up host, re-run", second.seconds)
-    # The vendors' setup was a working one before the play ran.
-    assert before.returncode == 0, before.stderr
-    assert first.returncode == 0, first.explain()
-    flat = " ".join(first.output.split())
-    for path in seeded:
-        # The toolkit's guide writes the file the role writes: the role's template rewrites it.
-        verb = "Replacing" if path in ROLES_OWN_SOURCES else "Replaced"
-        assert f"{verb} {path} (entry for " in flat, path
-    assert sources == ["docker.list", "nvidia-container-toolkit.list", "nvidia-cuda.list"]
-    assert update.returncode == 0, update.stderr
-    assert "Conflicting" not in update.stderr and "E:" not in update.stderr, update.stderr
-    assert compose.startswith("2.38.2"), "docker-compose-plugin did not come from Docker's entry"
-    assert second.returncode == 0, second.explain()
-    assert second.recap["changed"] == 0, second.explain()

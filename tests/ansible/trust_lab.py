@@ -14,9 +14,7 @@ served on 127.0.0.1 by the same HTTP server:
   the second key signed; apt must never accept it;
 * a second server whose CUDA repository can be switched off (HTTP 404), to
   interrupt a first run between writing the sources file and reading the
-  index;
-* Docker CE's Debian repository (tests/fixtures/aptrepo/dockerce.py), for a
-  host whose Docker came from Docker's own guide.
+  index.
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ from tests.ansible.lab import Lab
 from tests.ansible.playbook import EXAMPLE_NGC_API_KEY, PlaybookRun, run_playbook, write_inventory
 from tests.ansible.target import TargetHost, start_target, target_image
 from tests.fixtures.aptrepo import StubRepos, build_stub_repos, serve_directory
-from tests.fixtures.aptrepo.dockerce import build_docker_ce_repo
 from tests.fixtures.aptrepo.signing import generate_key
 
 CUDA_DIR = Path("compute/cuda/repos/debian12/x86_64")
@@ -56,14 +53,6 @@ class TrustLab:
     flaky_url: str
     http_log: Path
     extra_fingerprint: str
-    docker_fingerprint: str
-
-    def docker_ce_vars(self) -> dict[str, Any]:
-        """Docker CE from the stub repository: its plugins from there, the engine Debian's."""
-        return {"docker_source": "docker-ce",
-                "docker_ce_repo_base_url": f"{self.base_url}/linux",
-                "docker_ce_repo_key_fingerprint": self.docker_fingerprint,
-                "docker_ce_packages": ["docker.io", "docker-compose-plugin"]}
 
     def start(self, name: str) -> tuple[TargetHost, Path]:
         """A fresh target container and its inventory."""
@@ -118,12 +107,6 @@ def trust_lab(workdir: Path) -> Iterator[TrustLab]:
     repos = build_stub_repos(workdir / "repos")
     with tempfile.TemporaryDirectory(prefix="trust-gpg-") as keys:
         extra_fingerprint = _two_key_variants(repos, Path(keys))
-        docker_key = generate_key(Path(keys) / "docker", "Docker Release (CE deb) stub"
-                                  " <docker@example.invalid>")
-        try:
-            build_docker_ce_repo(repos.root, docker_key)
-        finally:
-            docker_key.close()
     flaky_root = workdir / "flaky"
     flaky_root.mkdir()
     image = target_image()
@@ -133,5 +116,4 @@ def trust_lab(workdir: Path) -> Iterator[TrustLab]:
         flaky_url = stack.enter_context(serve_directory(flaky_root, workdir / "flaky-http.log"))
         registry = stack.enter_context(fake_registry("$oauthtoken", EXAMPLE_NGC_API_KEY))
         lab = Lab(workdir, repos, base_url, registry.address, image)
-        yield TrustLab(lab, repos, base_url, flaky_root, flaky_url, http_log, extra_fingerprint,
-                       docker_key.fingerprint)
+        yield TrustLab(lab, repos, base_url, flaky_root, flaky_url, http_log, extra_fingerprint)
