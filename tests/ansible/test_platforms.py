@@ -421,16 +421,20 @@ def _brownfield(platform_run: PlatformRun) -> Brownfield:
     return platform_run.brownfield
 
 
-def _replacements(run: PlaybookRun, seeded: Seeded) -> dict[str, int]:
-    """How many lines repo_trust's "Say which files were replaced" printed for each vendor file.
-
-    Counted in that task's whitespace-flattened output (the YAML result format may fold a
-    long line); the module's own result, which lists the same messages, is not counted.
-    """
-    said = " ".join(chunk for chunk in " ".join(run.output.split()).split("TASK [")
+def _replacement_lines(run: PlaybookRun) -> str:
+    """What repo_trust's "Say which files were replaced" tasks printed, whitespace-flattened
+    (the YAML result format may fold a long line); not the module's own result, which lists
+    the same messages."""
+    return " ".join(chunk for chunk in " ".join(run.output.split()).split("TASK [")
                     if chunk.startswith("repo_trust : Say which files were replaced"))
-    # A file that held only the entry, the role's own file, a file with other entries kept.
-    forms = ("Replaced {path} (", "Replacing {path} (", "in {path} (")
+
+
+def _replacements(run: PlaybookRun, seeded: Seeded) -> dict[str, int]:
+    """How many lines repo_trust printed for each vendor file."""
+    said = _replacement_lines(run)
+    # A file that held only the entry, the role's own file, a file with other entries kept;
+    # in check mode the first two say "Would replace {path} (".
+    forms = ("Replaced {path} (", "Replacing {path} (", "Would replace {path} (", "in {path} (")
     return {path: sum(said.count(form.format(path=path)) for form in forms)
             for path in seeded.repo_files}
 
@@ -444,6 +448,9 @@ def test_brownfield_check_reports_each_replacement_and_the_driver_change(
     assert run.recap["changed"] > 0, "check mode reported nothing to change"
     said = _replacements(run, brownfield.seeded)
     assert said == dict.fromkeys(brownfield.seeded.repo_files, 1), said
+    # It says what a real run would do, not that it did it.
+    lines = _replacement_lines(run)
+    assert "Replaced " not in lines and "Replacing " not in lines, lines
     flat = " ".join(run.output.split())
     assert "Check mode: the CUDA repository is not configured on this host yet" in flat
     # "... a real run installs nvidia-headless-575-open, ..." / "enables nvidia-driver:575-open"

@@ -194,6 +194,11 @@ def test_a_vendors_apt_entry_is_replaced_and_apt_reads_the_rest(
         assert message.startswith(f"Replacing {own} (entry for ")
     else:
         assert message.startswith(f"Replaced {existing.path} (entry for ")
+    # --check changes nothing: its line says what a real run would do, naming the same file.
+    planned = change.message(own, "entry for", check_mode=True)
+    assert planned.startswith(f"Would replace {existing.path} (entry for "), planned
+    assert "\n" not in planned and existing.keyring in planned and own in planned
+    assert not any(word in planned for word in ("Replaced", "Replacing", "removed", "are kept"))
 
 
 @pytest.mark.parametrize("vendor", list(OWN_APT))
@@ -346,6 +351,9 @@ def test_dockers_repo_file_loses_only_the_stable_channel(tmp_path: Path) -> None
     changes, after = plan_dnf("docker", {vendor.path: vendor.content})
     (change,) = changes
     assert change.entries == ["[docker-ce-stable]"]
+    assert change.message("/etc/yum.repos.d/docker-ce-stable.repo", "repository",
+                          check_mode=True).startswith(
+        f"Would replace the repository [docker-ce-stable] in {vendor.path} (")
     assert "[docker-ce-stable]" not in after[vendor.path]
     assert after[vendor.path].count("[docker-ce-") == 4
     repos, warnings = dnf_reads(after, tmp_path)

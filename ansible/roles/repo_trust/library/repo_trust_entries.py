@@ -121,9 +121,21 @@ class Change:
     trust: list[str] = field(default_factory=list)
     own: bool = False  # the caller's own file: the caller rewrites it, this module does not
 
-    def message(self, own_file: str, kind: str) -> str:
+    def message(self, own_file: str, kind: str, check_mode: bool = False) -> str:
+        """One line for the play's output; in check mode it says what a real run would do."""
         trusted = ", ".join(dict.fromkeys(self.trust))
         entries = ", ".join(dict.fromkeys(self.entries))
+        if check_mode:
+            if self.own:
+                return (f"Would replace {self.path} ({kind} {entries}; {trusted}): the role would "
+                        "write its own entry there, which trusts only the pinned key.")
+            if self.text is None:
+                return (f"Would replace {self.path} ({kind} {entries}; {trusted}) with {own_file}, "
+                        "which trusts only the pinned key, and remove the file, which holds "
+                        "nothing else.")
+            return (f"Would replace the {kind} {entries} in {self.path} ({trusted}) with "
+                    f"{own_file}, which trusts only the pinned key; the file's other entries "
+                    "would be kept.")
         if self.own:
             return (f"Replacing {self.path} ({kind} {entries}; {trusted}): the role writes its own "
                     "entry there, which trusts only the pinned key.")
@@ -449,7 +461,8 @@ def main() -> None:
         changed=bool(ours),
         replaced=[{"path": change.path, "removed": change.text is None,
                    "entries": change.entries} for change in ours],
-        messages=[change.message(params["own_file"], kind) for change in changes],
+        messages=[change.message(params["own_file"], kind, module.check_mode)
+                  for change in changes],
     )
 
 
