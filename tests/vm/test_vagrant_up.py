@@ -51,6 +51,7 @@ import yaml
 from tests.ansible.fake_registry import fake_registry
 from tests.ansible.lab import CONTAINER_VARS
 from tests.ansible.playbook import EXAMPLE_NGC_API_KEY, REPO, VAULT_PASSWORD
+from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_stub_repos, serve_directory
 from tests.support.background import BackgroundJobs, JobContext, background_job
 from tests.vm.apt_proxy import AptProxy, apt_proxy
@@ -245,6 +246,10 @@ def provisioned(background_jobs: BackgroundJobs) -> Iterator[Provisioned]:
         done = background_jobs.handle("vagrant-up").value
         if done is not None:
             print(f"\nvagrant steps (s): {json.dumps(done.lab.times)}")
+            # Kept with the play timings (results/ansible-timings.json): the guest's steps set
+            # how long the background job holds a core.
+            for step, seconds in done.lab.times.items():
+                record_timing(f"vagrant guest: {step}", seconds)
 
 
 @pytest.fixture(scope="module")
