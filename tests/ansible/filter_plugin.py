@@ -7,6 +7,7 @@ file by path; the tests do the same, so they test the file the play runs.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -14,17 +15,21 @@ from typing import Any
 from tests.ansible.playbook import ANSIBLE_DIR
 
 
-def load_plugin(file_name: str) -> ModuleType:
-    """ansible/filter_plugins/<file_name>, executed as a module of its own."""
-    path = ANSIBLE_DIR / "filter_plugins" / file_name
-    spec = importlib.util.spec_from_file_location(f"filter_plugin_{path.stem}", path)
+def load_plugin(file_name: str, role: str | None = None) -> ModuleType:
+    """ansible/filter_plugins/<file_name> (a role's own: roles/<role>/filter_plugins), executed
+    as a module of its own and registered under its name (dataclasses look it up there)."""
+    folder = ANSIBLE_DIR / "roles" / role if role else ANSIBLE_DIR
+    path = folder / "filter_plugins" / file_name
+    name = f"filter_plugin_{role or 'play'}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-def load_filters(file_name: str) -> dict[str, Callable[..., Any]]:
+def load_filters(file_name: str, role: str | None = None) -> dict[str, Callable[..., Any]]:
     """The filters that file's FilterModule registers, by the names the play uses."""
-    filters: dict[str, Callable[..., Any]] = load_plugin(file_name).FilterModule().filters()
+    filters: dict[str, Callable[..., Any]] = load_plugin(file_name, role).FilterModule().filters()
     return filters

@@ -6,23 +6,11 @@ re-run tests in test_site.py run the filter through the roles against real apt.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 
-from tests.ansible.playbook import ANSIBLE_DIR
+from tests.ansible.filter_plugin import load_filters
 
-
-def _load_filter() -> Callable[..., list[str]]:
-    spec = importlib.util.spec_from_file_location(
-        "apt_packages_filter", ANSIBLE_DIR / "filter_plugins" / "apt_packages.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found: Callable[..., list[str]] = module.FilterModule().filters()["apt_unsatisfied"]
-    return found
-
-
-apt_unsatisfied = _load_filter()
+apt_unsatisfied: Callable[..., list[str]] = load_filters("apt_packages.py")["apt_unsatisfied"]
 
 
 def _installed(versions: dict[str, str]) -> dict[str, list[dict[str, str]]]:

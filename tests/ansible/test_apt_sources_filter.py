@@ -11,31 +11,18 @@ filters on the Debian 12 converge (tests/ansible/test_site.py).
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.ansible.playbook import ANSIBLE_DIR
+from tests.ansible.filter_plugin import load_filters
 
-
-def _load_filter(name: str) -> Callable[..., Any]:
-    spec = importlib.util.spec_from_file_location(
-        "apt_sources_filter", ANSIBLE_DIR / "filter_plugins" / "apt_sources.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found: Callable[..., Any] = module.FilterModule().filters()[name]
-    return found
-
-
-apt_entries_lacking = _load_filter("apt_entries_lacking")
-apt_sources_add_component = _load_filter("apt_sources_add_component")
+FILTERS = load_filters("apt_sources.py")
+apt_entries_lacking = FILTERS["apt_entries_lacking"]
+apt_sources_add_component = FILTERS["apt_sources_add_component"]
 
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 # Each mirror with the options every entry of it carries (apt wants one Signed-By per source).

@@ -14,7 +14,6 @@ Ansible run per example would take seconds each.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import ipaddress
 import re
 import string
@@ -26,6 +25,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.ansible.filter_plugin import load_filters
 from tests.ansible.playbook import ANSIBLE_DIR, PlaybookRun, run_local_play
 
 ROLE = ANSIBLE_DIR / "roles" / "dcgm"
@@ -98,12 +98,7 @@ def test_every_bad_exporter_form_is_named_with_its_fix(tmp_path: Path) -> None:
 
 @functools.cache
 def _ip_version() -> Callable[[object], int]:
-    spec = importlib.util.spec_from_file_location(
-        "dcgm_ip_literal", ROLE / "filter_plugins" / "ip_literal.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found: Callable[[object], int] = module.FilterModule().filters()["dcgm_ip_version"]
+    found: Callable[[object], int] = load_filters("ip_literal.py", role="dcgm")["dcgm_ip_version"]
     return found
 
 

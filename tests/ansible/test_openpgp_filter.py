@@ -11,36 +11,23 @@ surgery, and random corruption. The keys are made once per module by the real gp
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.ansible.filter_plugin import load_plugin
 from tests.ansible.playbook import ANSIBLE_DIR, run_local_play
 from tests.fixtures.vendor_keys import VENDOR_KEYS
 from tests.support.loopback_http import serve_directory
 
-
-def _load_filter() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "openpgp_filter", ANSIBLE_DIR / "filter_plugins" / "openpgp.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-openpgp = _load_filter()
+openpgp = load_plugin("openpgp.py")
 VENDOR_UID = "vendor signing key <vendor@example.invalid>"
 
 

@@ -11,7 +11,6 @@ test (tests/ansible/test_platforms.py) runs it through the role on real systemd.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import shlex
 from collections.abc import Callable
 from types import ModuleType
@@ -21,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.ansible.playbook import ANSIBLE_DIR
+from tests.ansible.filter_plugin import load_plugin
 from tests.fixtures import persistenced_units
 
 ON, OFF = "--persistence-mode", "--no-persistence-mode"
@@ -29,13 +28,7 @@ ON, OFF = "--persistence-mode", "--no-persistence-mode"
 
 @functools.cache
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "persistenced_unit_filter",
-        ANSIBLE_DIR / "roles/nvidia_driver/filter_plugins/persistenced_unit.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_plugin("persistenced_unit.py", role="nvidia_driver")
 
 
 def read_unit(text: str) -> dict[str, Any]:

@@ -8,26 +8,14 @@ filter through the role against real systemd.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 
 import pytest
 
-from tests.ansible.playbook import ANSIBLE_DIR
+from tests.ansible.filter_plugin import load_filters
 
-
-def _load() -> Callable[[str], dict[str, dict[str, str]]]:
-    spec = importlib.util.spec_from_file_location(
-        "systemd_units_filter", ANSIBLE_DIR / "filter_plugins" / "systemd_units.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found: Callable[[str], dict[str, dict[str, str]]] = module.FilterModule().filters()[
-        "systemd_units"]
-    return found
-
-
-systemd_units = _load()
+systemd_units: Callable[[str], dict[str, dict[str, str]]] = load_filters("systemd_units.py")[
+    "systemd_units"]
 
 SHOW = """\
 Id=libvirtd.socket

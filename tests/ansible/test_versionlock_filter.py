@@ -7,24 +7,11 @@ filter through the roles against real dnf.
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Callable
+from tests.ansible.filter_plugin import load_filters
 
-from tests.ansible.playbook import ANSIBLE_DIR
-
-
-def _load_filter(name: str) -> Callable[..., list[str]]:
-    spec = importlib.util.spec_from_file_location(
-        "versionlock_filter", ANSIBLE_DIR / "filter_plugins" / "versionlock.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found: Callable[..., list[str]] = module.FilterModule().filters()[name]
-    return found
-
-
-other_versionlocks = _load_filter("other_versionlocks")
-versionlocks_of = _load_filter("versionlocks_of")
+FILTERS = load_filters("versionlock.py")
+other_versionlocks = FILTERS["other_versionlocks"]
+versionlocks_of = FILTERS["versionlocks_of"]
 
 LOCKS = [
     "nvidia-driver-cuda-3:570.148.08-1.el9.*",
