@@ -3,9 +3,9 @@
 The apt path of Fabric Manager runs end to end in test_hgx_converge.py; the dnf
 path (tasks/fabricmanager-RedHat.yml: `nvidia-fabric-manager-<driver version>`
 from the enabled nvidia-driver module stream, version-locked with the driver,
-then started and checked by tasks/fabric-verify.yml) had only unit tests of its
-version spec. Here it runs for real: the Rocky 9 stand-in (tests/ansible/rocky.py:
-Debian's dnf 4 and rpm behind Rocky's identity) with the same HGX H100 as the
+then started and checked by tasks/fabric-verify.yml) runs here for real: the
+Rocky 9 stand-in (tests/ansible/rocky.py: Debian's dnf 4 and rpm behind Rocky's
+identity) with the same HGX H100 as the
 apt test (its PCI tree at nvidia_driver_pci_devices_path, the nvidia-smi stub
 told of its eight GPUs; tests/hardware/hgx.py). Real: dnf resolving from the
 signed stub repositories and their module streams, rpm's database, the
