@@ -35,12 +35,12 @@ from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_repo, build_stub_repos, serve_directory
 from tests.fixtures.aptrepo.catalog import driver_packages, fabric_manager_packages
 from tests.fixtures.aptrepo.signing import generate_key
+from tests.hardware.hgx import give_machine
 from tests.hardware.machines import H100_HGX
 from tests.support.image_registry import Repository, image_registry, repository_from_image
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(5400)]
 
-FAKE_PCI = "/srv/fake-pci"
 # The driver (with Fabric Manager), DCGM, and gpu_validate's DCGM diagnostic.
 TAGS = "nvidia_driver,dcgm,gpu_validate_dcgm"
 # A limit against a hung run, not a performance bound: DKMS's compiler install
@@ -62,17 +62,12 @@ class HgxRun:
 def hgx(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HgxRun]:
     workdir = tmp_path_factory.mktemp("hgx")
     repos = build_stub_repos(workdir / "repos")
-    devices = H100_HGX.build(workdir / "sysfs")
     with serve_directory(repos.root, workdir / "repo-http.log") as base_url:
         host = start_target(target_image(), f"tfhost-hw-hgx-{os.getpid()}")
         try:
-            docker("cp", str(devices.parent.parent.parent), f"{host.name}:{FAKE_PCI}")
-            host.exec("mkdir", "-p", "/var/lib/nvidia-stub")
-            host.exec("tee", "/var/lib/nvidia-stub/gpus", stdin=H100_HGX.smi_gpus())
-            host.exec("tee", "/var/lib/nvidia-stub/pci-devices",
-                      stdin=f"{FAKE_PCI}/bus/pci/devices\n")
+            devices = give_machine(host, H100_HGX, workdir)
             variables = {**repos.ansible_vars(base_url), **CONTAINER_VARS,
-                         "nvidia_driver_pci_devices_path": f"{FAKE_PCI}/bus/pci/devices"}
+                         "nvidia_driver_pci_devices_path": devices}
             vars_file = workdir / "hgx-vars.yml"
             vars_file.write_text(yaml.safe_dump(variables))
             inventory = write_inventory(workdir / "hgx.inventory.yml", host.name)
