@@ -7,8 +7,11 @@ difference between their runs is the package manager's and not the fixture's.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+from tests.ansible.playbook import REPO
 from tests.ansible.target import TargetHost, docker
 from tests.hardware.machines import Machine
 
@@ -29,3 +32,14 @@ def give_machine(host: TargetHost, machine: Machine, workdir: Path) -> str:
     host.exec("tee", "/var/lib/nvidia-stub/gpus", stdin=machine.smi_gpus())
     host.exec("tee", "/var/lib/nvidia-stub/pci-devices", stdin=f"{inside}\n")
     return inside
+
+
+def run_infra(host: TargetHost, vars_files: list[Path], *modules: str
+              ) -> subprocess.CompletedProcess[str]:
+    """tests/infra's `modules` against the container, with the play's variables, as an
+    operator runs them against a real host (`--hosts`, `--tfhost-vars`)."""
+    options = [option for path in vars_files for option in ("--tfhost-vars", str(path))]
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *modules, f"--hosts=docker://{host.name}", *options,
+         "-p", "no:cacheprovider", "-q", "-rs"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)

@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import tempfile
 import urllib.request
 from collections.abc import Iterator
@@ -29,13 +27,13 @@ import pytest
 import yaml
 
 from tests.ansible.lab import CONTAINER_VARS
-from tests.ansible.playbook import REPO, PlaybookRun, run_playbook, write_inventory
+from tests.ansible.playbook import PlaybookRun, run_playbook, write_inventory
 from tests.ansible.target import TargetHost, docker, start_target, target_image
 from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_repo, build_stub_repos, serve_directory
 from tests.fixtures.aptrepo.catalog import driver_packages, fabric_manager_packages
 from tests.fixtures.aptrepo.signing import generate_key
-from tests.hardware.hgx import give_machine
+from tests.hardware.hgx import give_machine, run_infra
 from tests.hardware.machines import H100_HGX
 from tests.support.image_registry import Repository, image_registry, repository_from_image
 
@@ -134,12 +132,9 @@ def test_hgx_rerun_changes_nothing(hgx: HgxRun) -> None:
 
 def test_testinfra_fabric_checks_pass_on_the_hgx_host(hgx: HgxRun) -> None:
     assert hgx.first.returncode == 0, "converge failed; see the first test"
-    suite = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/infra/test_fabric.py", "tests/infra/test_driver.py",
-         "tests/infra/test_dcgm.py", "tests/infra/test_cdi.py",
-         f"--hosts=docker://{hgx.host.name}", "--tfhost-vars", str(hgx.vars_file),
-         "-p", "no:cacheprovider", "-q", "-rs"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    suite = run_infra(hgx.host, [hgx.vars_file], "tests/infra/test_fabric.py",
+                      "tests/infra/test_driver.py", "tests/infra/test_dcgm.py",
+                      "tests/infra/test_cdi.py")
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
     assert "no NVSwitch on this host" not in suite.stdout, "the fabric checks must run here"
 
@@ -353,11 +348,7 @@ def test_a_new_port_and_profiling_replace_the_exporter(exporter: ExporterRuns) -
 def test_testinfra_exporter_check_passes_on_the_hgx_host(hgx: HgxRun,
                                                          exporter: ExporterRuns) -> None:
     """tests/infra's exporter check, which a real host with dcgm_exporter: true runs too."""
-    suite = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/infra/test_dcgm.py",
-         f"--hosts=docker://{hgx.host.name}", "--tfhost-vars", str(hgx.vars_file),
-         "--tfhost-vars", str(exporter.settings), "-p", "no:cacheprovider", "-q", "-rs"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    suite = run_infra(hgx.host, [hgx.vars_file, exporter.settings], "tests/infra/test_dcgm.py")
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
     assert "3 passed" in suite.stdout, suite.stdout[-2000:]
 

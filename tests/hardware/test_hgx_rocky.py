@@ -19,8 +19,6 @@ dnf path is converged by tests/ansible/test_platforms.py.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +28,12 @@ import yaml
 
 from tests.ansible.lab import CONTAINER_VARS
 from tests.ansible.platforms import ROCKY9
-from tests.ansible.playbook import REPO, PlaybookRun, run_playbook, write_inventory
+from tests.ansible.playbook import PlaybookRun, run_playbook, write_inventory
 from tests.ansible.rocky import prepare_rocky, rocky_image, rocky_vars
 from tests.ansible.target import TargetHost, start_target
 from tests.ansible.timings import record_timing
 from tests.fixtures.rpmrepo import build_rpm_repos, serve_directory
-from tests.hardware.hgx import give_machine
+from tests.hardware.hgx import give_machine, run_infra
 from tests.hardware.machines import H100_HGX
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -131,10 +129,7 @@ def test_hgx_rocky_rerun_changes_nothing(hgx_rocky: HgxRockyRun) -> None:
 def test_testinfra_fabric_checks_pass_on_the_hgx_rocky_host(hgx_rocky: HgxRockyRun) -> None:
     """tests/infra's fabric and driver checks, which read rpm on this host, agree."""
     assert hgx_rocky.first.returncode == 0, "converge failed; see the first test"
-    suite = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/infra/test_fabric.py", "tests/infra/test_driver.py",
-         f"--hosts=docker://{hgx_rocky.host.name}", "--tfhost-vars", str(hgx_rocky.vars_file),
-         "-p", "no:cacheprovider", "-q", "-rs"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    suite = run_infra(hgx_rocky.host, [hgx_rocky.vars_file], "tests/infra/test_fabric.py",
+                      "tests/infra/test_driver.py")
     assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
     assert "no NVSwitch on this host" not in suite.stdout, "the fabric checks must run here"
