@@ -9,6 +9,9 @@ and the module's fixture only collects the result when pytest reaches it.
 
 * A job is registered at import time with `@background_job(__file__)`; it runs
   only if at least one test of that module was selected (`-k`, `-m`, paths).
+  With `needed_by`, only the module's tests it accepts count: a module whose
+  parametrized fixture takes some of its parameters from jobs (one per
+  parameter) starts only the jobs of the parameters selected.
 * Jobs run one after another, in the order the session will need them (the
   position of each module's first test), on a single worker thread: one guest
   at a time beside the foreground tests, never two.
@@ -82,6 +85,7 @@ class JobHandle:
     module: Path
     work: Work
     run_last: bool = False
+    needed_by: Callable[[pytest.Item], bool] | None = None
     context: JobContext | None = None
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
@@ -101,6 +105,12 @@ class JobHandle:
         finally:
             self.seconds = time.monotonic() - self.started_at
             self.done.set()
+
+    def needed_for(self, item: pytest.Item) -> bool:
+        """Whether `item` uses this job: a test of its module that `needed_by` accepts."""
+        if Path(str(item.path)).resolve() != self.module:
+            return False
+        return self.needed_by is None or self.needed_by(item)
 
     def prepare(self, workdir: Path) -> None:
         self.context = JobContext(workdir)
@@ -129,15 +139,18 @@ def _skipped_by_mark(item: pytest.Item) -> bool:
     return False
 
 
-def background_job(module_file: str, name: str | None = None,
-                   run_last: bool = False) -> Callable[[Work], Work]:
+def background_job(module_file: str, name: str | None = None, run_last: bool = False,
+                   needed_by: Callable[[pytest.Item], bool] | None = None,
+                   ) -> Callable[[Work], Work]:
     """Register `work` as the background set-up of the test module `module_file`.
 
     With `run_last`, the module's tests run after every other test of the session.
+    With `needed_by`, the job runs only if a selected test of the module satisfies it,
+    and is queued by the first such test.
     """
     def register(work: Work) -> Work:
         key = name or work.__qualname__
-        _REGISTRY[key] = JobHandle(key, Path(module_file).resolve(), work, run_last)
+        _REGISTRY[key] = JobHandle(key, Path(module_file).resolve(), work, run_last, needed_by)
         return work
     return register
 
@@ -172,7 +185,7 @@ class BackgroundJobs:
             if _skipped_by_mark(item):
                 continue
             for job in _REGISTRY.values():
-                if job.name not in first_use and Path(str(item.path)).resolve() == job.module:
+                if job.name not in first_use and job.needed_for(item):
                     first_use[job.name] = index
         self.queue = sorted((_REGISTRY[name] for name in first_use),
                             key=lambda job: first_use[job.name])

@@ -250,3 +250,67 @@ def test_a_run_last_module_runs_after_every_other_test(pytester: pytest.Pytester
     # Alphabetically test_m_last comes before test_z_slow; run_last puts it after,
     # its own tests still in their order.
     assert names.index("slow test") < names.index("last test one") < names.index("last test two")
+
+
+PER_PARAMETER_MODULE = '''
+import pytest
+
+from journal import note
+from tests.support.background import background_job
+
+HOSTS = ["fresh", "old-a", "old-b"]
+
+
+def _job(host):
+    def work(job):
+        note(f"job {host}")
+        return f"set up {host}"
+    return work
+
+
+def _uses(host):
+    return lambda item: item.callspec.params.get("host_run") == host
+
+
+for _host in HOSTS[1:]:  # one job per parameter set up in the background
+    background_job(__file__, name=f"job-{_host}", needed_by=_uses(_host))(_job(_host))
+
+
+@pytest.fixture(scope="module", params=HOSTS)
+def host_run(request, background_jobs):
+    if request.param == "fresh":
+        yield "set up fresh"
+        return
+    with background_jobs.held(f"job-{request.param}") as value:
+        yield value
+
+
+def test_host(host_run):
+    note(f"test {host_run}")
+'''
+
+
+def test_a_job_per_parameter_runs_only_for_the_parameters_selected(
+        pytester: pytest.Pytester) -> None:
+    """needed_by: a parametrized module starts the jobs of its selected parameters only,
+    queued by the first test that uses each."""
+    pytester.makepyfile(journal=JOURNAL_HELPER, test_params=PER_PARAMETER_MODULE)
+    pytester.makeini("[pytest]\n")
+    args = ("-p", "tests.support.background", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(*args, "-k", "fresh or old-b")
+    result.assert_outcomes(passed=2, deselected=1)
+    names = _names(_events(pytester.path / "journal.txt"))
+    assert "job old-b" in names and "job old-a" not in names, names
+    assert names.index("job old-b") < names.index("test set up old-b"), names
+
+    (pytester.path / "journal.txt").unlink()
+    result = pytester.runpytest_subprocess(*args, "-k", "fresh")
+    result.assert_outcomes(passed=1, deselected=2)
+    assert [name for name in _names(_events(pytester.path / "journal.txt"))
+            if name.startswith("job")] == []
+
+    (pytester.path / "journal.txt").unlink()
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=3)
+    names = _names(_events(pytester.path / "journal.txt"))
+    assert [name for name in names if name.startswith("job")] == ["job old-a", "job old-b"]
