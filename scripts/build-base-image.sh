@@ -40,6 +40,10 @@ docker version >/dev/null 2>&1 || die "no Docker engine answers at DOCKER_HOST=$
 
 recipe=$(printf '%s\n' "$suite" "$mirror" "$include" | cat - "$0" "$keyring" | sha256sum | cut -c1-12)
 full="$tag:$recipe"
+# One build per recipe at a time: a second caller (another test thread, another shell)
+# waits here and then finds the image, instead of running debootstrap a second time.
+exec 9>"/var/tmp/tfhost-base-image.${full//[^A-Za-z0-9._-]/_}.lock"
+flock 9
 if docker image inspect "$full" >/dev/null 2>&1; then
   docker tag "$full" "$tag:latest"
   echo "$full"

@@ -25,6 +25,7 @@ there is no dockerd, docker group or unit on the host, as on a fresh Rocky.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -69,14 +70,17 @@ def rocky_image() -> str:
     """The Rocky stand-in image (built once per recipe; the tag is the recipe's hash)."""
     recipe = DOCKERFILE.format(base=target_image())
     tag = f"tfhost/rocky9-standin:{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
-    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True,
-                      check=False).returncode == 0:
-        return tag
-    built = subprocess.run(
-        ["docker", "build", "--network", "host", "--force-rm", "--tag", tag, "-"], input=recipe,
-        capture_output=True, text=True, check=False, timeout=900,
-        env=_legacy_builder_env(),
-    )
+    # One build at a time: a background job and the foreground may both ask first.
+    with open(f"/var/tmp/tfhost-{tag.replace('/', '_').replace(':', '_')}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if subprocess.run(["docker", "image", "inspect", tag], capture_output=True,
+                          check=False).returncode == 0:
+            return tag
+        built = subprocess.run(
+            ["docker", "build", "--network", "host", "--force-rm", "--tag", tag, "-"],
+            input=recipe, capture_output=True, text=True, check=False, timeout=900,
+            env=_legacy_builder_env(),
+        )
     if built.returncode != 0:
         raise RuntimeError(f"building {tag} failed: {built.stderr[-2000:]}")
     return tag

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,32 +25,50 @@ def _docker_host() -> str:
     return line.strip().split("=", 1)[1]
 
 
+_ENGINE_LOCK = threading.Lock()
+_ORIGINAL_DOCKER_HOST = os.environ.get("DOCKER_HOST")
+_started_here = False  # this process started the engine: the session fixture stops it
+
+
+def ensure_engine() -> str:
+    """DOCKER_HOST of the running private engine, started if needed, set in os.environ.
+
+    Why not only the fixture: a background job (tests/support/background.py)
+    needs the engine before any fixture runs. The lock keeps the job's thread
+    and the fixture from starting two daemons on one socket.
+    """
+    global _started_here
+    if os.geteuid() != 0:
+        pytest.skip("the Docker engine tests need root (dockerd, debootstrap)")
+    with _ENGINE_LOCK:
+        host = _docker_host()
+        running = subprocess.run(["docker", "-H", host, "version"], capture_output=True,
+                                 check=False).returncode == 0
+        if not running:
+            result = subprocess.run([ENGINE, "start"], capture_output=True, text=True,
+                                    check=False)
+            if result.returncode != 0:
+                raise RuntimeError(f"could not start dockerd: {result.stderr.strip()}")
+            _started_here = True
+        os.environ["DOCKER_HOST"] = host
+        return host
+
+
 @pytest.fixture(scope="session")
 def docker_host() -> Iterator[str]:
     """DOCKER_HOST of a running private engine (started here if needed)."""
-    if os.geteuid() != 0:
-        pytest.skip("the Docker engine tests need root (dockerd, debootstrap)")
-    host = _docker_host()
-    was_running = (
-        subprocess.run(
-            ["docker", "-H", host, "version"], capture_output=True, check=False
-        ).returncode
-        == 0
-    )
-    if not was_running:
-        result = subprocess.run([ENGINE, "start"], capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            pytest.fail(f"could not start dockerd: {result.stderr.strip()}")
-    old = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = host
+    try:
+        host = ensure_engine()
+    except RuntimeError as error:
+        pytest.fail(str(error))
     try:
         yield host
     finally:
-        if old is None:
+        if _ORIGINAL_DOCKER_HOST is None:
             os.environ.pop("DOCKER_HOST", None)
         else:
-            os.environ["DOCKER_HOST"] = old
-        if not was_running:
+            os.environ["DOCKER_HOST"] = _ORIGINAL_DOCKER_HOST
+        if _started_here:
             subprocess.run([ENGINE, "stop"], check=False, capture_output=True)
 
 
