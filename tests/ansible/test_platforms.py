@@ -36,7 +36,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,8 @@ from tests.fixtures.aptrepo import build_stub_repos, serve_directory
 from tests.fixtures.aptrepo.dockerce import build_docker_ce_repo
 from tests.fixtures.aptrepo.signing import generate_key
 from tests.fixtures.rpmrepo import RpmRepos, build_rpm_repos
+from tests.support.background import BackgroundJobs, JobContext, background_job
+from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(3600)]
 
@@ -150,14 +153,12 @@ class PlatformLab:
     docker_fingerprint: str
 
 
-@pytest.fixture(scope="module")
-def platform_lab(docker_host: str,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformLab]:
+@contextmanager
+def open_platform_lab(workdir: Path) -> Iterator[PlatformLab]:
     """Stub repositories (every OS's layout), the fake NGC registry and the target image.
 
     Docker CE's Ubuntu 24.04 repository (its plugins) is there for the brownfield host.
     """
-    workdir = tmp_path_factory.mktemp("platforms")
     repos = build_stub_repos(workdir / "repos")
     docker_key = generate_key(workdir / "docker-gpg", "Docker Release (CE deb) stub"
                               " <docker@example.invalid>")
@@ -172,6 +173,14 @@ def platform_lab(docker_host: str,
             fake_registry("$oauthtoken", EXAMPLE_NGC_API_KEY) as registry:
         yield PlatformLab(Lab(workdir, repos, base_url, registry.address, image), rpm_repos,
                           rpm_base_url, docker_key.fingerprint)
+
+
+@pytest.fixture(scope="module")
+def platform_lab(docker_host: str,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformLab]:
+    """The fresh stand-ins' lab (each brownfield job opens its own)."""
+    with open_platform_lab(tmp_path_factory.mktemp("platforms")) as lab:
+        yield lab
 
 
 def _facts(inventory: Path, host: str) -> dict[str, str]:
@@ -216,14 +225,16 @@ def _interrupted_run(host: TargetHost, inventory: Path, vars_files: list[Path], 
     return run, written
 
 
-@pytest.fixture(scope="module", params=PARAMS)
-def platform_run(request: pytest.FixtureRequest,
-                 platform_lab: PlatformLab) -> Iterator[PlatformRun]:
+@contextmanager
+def stand_in_run(stand_in: StandIn, platform_lab: PlatformLab,
+                 on_host: Callable[[TargetHost], object] = lambda host: None,
+                 ) -> Iterator[PlatformRun]:
     """Converge + re-run on one container of this OS; --check on a second, fresh one.
 
     A brownfield stand-in gets --check on its own host first, before the converge.
+    `on_host` is told of each container as it starts (a background job stops them
+    if the session ends early). The containers are removed on leaving.
     """
-    stand_in: StandIn = request.param
     platform = stand_in.platform
     lab = platform_lab.lab
     suffix = f"{stand_in.key}-{os.getpid()}"
@@ -239,6 +250,7 @@ def platform_run(request: pytest.FixtureRequest,
 
     def start(name: str) -> TargetHost:
         target = start_target(image, name, platform)
+        on_host(target)
         if rpm_based:
             try:
                 prepare_rocky(target, platform_lab.rpm_repos, platform_lab.rpm_base_url)
@@ -304,6 +316,49 @@ def platform_run(request: pytest.FixtureRequest,
         if fresh is not None:
             fresh.remove()
         host.remove()
+
+
+def _job_name(stand_in: StandIn) -> str:
+    return f"platforms-{stand_in.key}"
+
+
+def _used_by(stand_in: StandIn) -> Callable[[pytest.Item], bool]:
+    """Whether a test runs on `stand_in` (its `platform_run` parameter)."""
+    def uses(item: pytest.Item) -> bool:
+        callspec = getattr(item, "callspec", None)
+        return callspec is not None and callspec.params.get("platform_run") == stand_in
+    return uses
+
+
+def _brownfield_job(stand_in: StandIn) -> Callable[[JobContext], PlatformRun]:
+    def converge_in_the_background(job: JobContext) -> PlatformRun:
+        ensure_engine()
+        platform_lab = job.stack.enter_context(open_platform_lab(job.workdir))
+        return job.stack.enter_context(stand_in_run(
+            stand_in, platform_lab, on_host=lambda host: job.on_cancel(host.remove)))
+    return converge_in_the_background
+
+
+# The brownfield stand-ins' set-up (the guides' state, --check, converge, re-run: about
+# 3.5 minutes each) runs as background jobs, each with its own lab, on the core the
+# VM jobs leave idle; their tests collect the result. tests/support/background.py.
+for _stand_in in STAND_INS:
+    if _stand_in.brownfield:
+        background_job(__file__, name=_job_name(_stand_in),
+                       needed_by=_used_by(_stand_in))(_brownfield_job(_stand_in))
+
+
+@pytest.fixture(scope="module", params=PARAMS)
+def platform_run(request: pytest.FixtureRequest,
+                 background_jobs: BackgroundJobs) -> Iterator[PlatformRun]:
+    """One stand-in's runs: a brownfield one's from its background job, a fresh one's here."""
+    stand_in: StandIn = request.param
+    if stand_in.brownfield:
+        with background_jobs.held(_job_name(stand_in)) as run:  # its hosts go with it
+            yield run
+        return
+    with stand_in_run(stand_in, request.getfixturevalue("platform_lab")) as run:
+        yield run
 
 
 def _brownfield_check(host: TargetHost, stand_in: StandIn, platform_lab: PlatformLab,
