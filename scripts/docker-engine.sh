@@ -22,14 +22,25 @@ die() { echo "docker-engine: $*" >&2; exit 1; }
 
 running() { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 
+# dockerd outlives this script: it must not keep what the caller had open (a lock the
+# caller holds with flock would stay held as long as the daemon runs).
+close_inherited_fds() {
+  local fd
+  for fd in /proc/self/fd/*; do
+    fd=${fd##*/}
+    if (( fd > 2 )); then eval "exec $fd>&-" 2>/dev/null || true; fi
+  done
+}
+
 case "${1:-}" in
   start)
     command -v dockerd >/dev/null || die "dockerd not found; install it: apt-get install -y docker.io"
     mkdir -p "$root" "$run"
     if ! running; then
-      dockerd --host "unix://$sock" --data-root "$root" --exec-root "$run/exec" \
-        --pidfile "$pidfile" --bridge=none --iptables=false --ip6tables=false \
-        --storage-driver=overlay2 >"$log" 2>&1 &
+      (close_inherited_fds
+       exec dockerd --host "unix://$sock" --data-root "$root" --exec-root "$run/exec" \
+         --pidfile "$pidfile" --bridge=none --iptables=false --ip6tables=false \
+         --storage-driver=overlay2) >"$log" 2>&1 &
       for _ in $(seq 1 60); do
         DOCKER_HOST="unix://$sock" docker version >/dev/null 2>&1 && break
         sleep 0.5
