@@ -5,7 +5,9 @@ spend most of their time booting a guest under TCG and converging a playbook
 in it, waiting on one or two emulated CPUs. Run in order, that is a quarter of
 the suite's wall time on CI's two cores. Registered here, the same work starts
 in one background thread as soon as collection has selected the module's tests,
-and the module's fixture only collects the result when pytest reaches it.
+and the module's fixture only collects the result when pytest reaches it. The
+brownfield stand-ins of tests/ansible/test_platforms.py are jobs too (one per
+parameter, `needed_by`), queued before the guests because their tests come first.
 
 * A job is registered at import time with `@background_job(__file__)`; it runs
   only if at least one test of that module was selected (`-k`, `-m`, paths).
