@@ -42,7 +42,8 @@ recipe=$(printf '%s\n' "$suite" "$mirror" "$include" | cat - "$0" "$keyring" | s
 full="$tag:$recipe"
 # One build per recipe at a time: a second caller (another test thread, another shell)
 # waits here and then finds the image, instead of running debootstrap a second time.
-exec 9>"/var/tmp/tfhost-base-image.${full//[^A-Za-z0-9._-]/_}.lock"
+mkdir -p /run/lock  # a tmpfs: the lock files go with the next boot
+exec 9>"/run/lock/tfhost-base-image.${full//[^A-Za-z0-9._-]/_}.lock"
 flock 9
 if docker image inspect "$full" >/dev/null 2>&1; then
   docker tag "$full" "$tag:latest"

@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import os
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from tests.ansible.target import TargetHost, target_image
@@ -71,7 +72,8 @@ def rocky_image() -> str:
     recipe = DOCKERFILE.format(base=target_image())
     tag = f"tfhost/rocky9-standin:{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
     # One build at a time: a background job and the foreground may both ask first.
-    with open(f"/var/tmp/tfhost-{tag.replace('/', '_').replace(':', '_')}.lock", "w") as lock:
+    Path("/run/lock").mkdir(exist_ok=True)  # a tmpfs: the lock files go with the next boot
+    with open(f"/run/lock/tfhost-{tag.replace('/', '_').replace(':', '_')}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if subprocess.run(["docker", "image", "inspect", tag], capture_output=True,
                           check=False).returncode == 0:

@@ -60,7 +60,7 @@ def test_two_concurrent_builds_of_one_recipe_run_debootstrap_once(tmp_path: Path
     try:
         outputs = [caller.communicate(timeout=120) for caller in callers]
     finally:
-        for lock in Path("/var/tmp").glob(f"tfhost-base-image.tfhost_lock-test-{tmp_path.name}*"):
+        for lock in Path("/run/lock").glob(f"tfhost-base-image.tfhost_lock-test-{tmp_path.name}*"):
             lock.unlink()
     assert [caller.returncode for caller in callers] == [0, 0], outputs
     tags = {stdout.strip().splitlines()[-1] for stdout, _ in outputs}
