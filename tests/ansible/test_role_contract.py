@@ -7,10 +7,12 @@ README row that drifted, silently weakens both.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from tests.ansible.playbook import ANSIBLE_DIR
 
@@ -85,3 +87,15 @@ def test_every_repository_url_and_key_is_a_variable() -> None:
 def test_example_vault_is_encrypted() -> None:
     vault = ANSIBLE_DIR / "inventory" / "group_vars" / "gpu_hosts" / "vault.yml"
     assert vault.read_text().startswith("$ANSIBLE_VAULT;1.1;AES256")
+
+
+def test_tensorflow_host_pins_the_tensorflow_of_the_images() -> None:
+    """The host's virtual environment gets the TensorFlow the pip image is built with
+    (requirements/gpu.txt), so a workload behaves the same on the host and in a container."""
+    locked = (ANSIBLE_DIR.parent / "requirements" / "gpu.txt").read_text()
+    [image_version] = re.findall(r"^tensorflow==(\S+)", locked, flags=re.MULTILINE)
+    pinned = [Requirement(text) for text in _yaml("tensorflow_host", "defaults/main.yml")[
+        "tensorflow_host_requirements"]]
+    [tensorflow] = [requirement for requirement in pinned if requirement.name == "tensorflow"]
+    assert str(tensorflow.specifier) == f"=={image_version}", (
+        f"tensorflow_host pins {tensorflow}; the images lock tensorflow=={image_version}")

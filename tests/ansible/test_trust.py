@@ -121,7 +121,7 @@ def test_run_interrupted_before_the_index_refresh_recovers(lab: TrustLab) -> Non
 PLANTED_PROGRAM = """#!/bin/sh
 id -u >>/var/tmp/tfvenv-ran-as
 case "$*" in
-  *import*) echo "2.19.0 0" ;;
+  *import*) echo "2.21.0 0" ;;
 esac
 exit 0
 """
