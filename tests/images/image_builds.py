@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.support.docker_engine import engine_client
 from tests.support.loopback_http import base_url, loopback_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,7 +140,7 @@ def build(dockerfile: str, tag: str, buildargs: dict[str, str],
     """
     import docker
 
-    client = docker.from_env()
+    client = engine_client()
     try:
         previous = client.images.get(tag).id
     except docker.errors.ImageNotFound:
@@ -203,7 +204,7 @@ def rebuild_after_touching_a_workload(dockerfile: str, tag: str, base: str,
         import docker
 
         with contextlib.suppress(docker.errors.ImageNotFound):
-            docker.from_env().images.remove(touched)
+            engine_client().images.remove(touched)
 
 
 def assert_only_the_source_layers_ran(ran: list[str]) -> None:
@@ -290,9 +291,7 @@ def run_once(image: str, args: list[str], entrypoint: str | None = None, **optio
     Stdout alone: a warning on stderr must not end up inside a value the test parses.
     (``containers.run(remove=True)`` would leave the anonymous /results volume behind.)
     """
-    import docker
-
-    container = docker.from_env().containers.create(image, args, entrypoint=entrypoint,
+    container = engine_client().containers.create(image, args, entrypoint=entrypoint,
                                                     network_mode="none", **options)
     try:
         container.start()

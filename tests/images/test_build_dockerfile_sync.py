@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.images import image_builds
+from tests.support.docker_engine import engine_client
 
 pytestmark = [pytest.mark.docker]
 
@@ -38,7 +39,7 @@ def test_two_dockerfiles_of_one_size_and_time_each_build_their_own(
     stamp = first.stat().st_mtime_ns
     for path in (first, second):
         os.utime(path, ns=(stamp, stamp))
-    client = docker.from_env()
+    client = engine_client()
     tags = {name: f"tfhost/dockerfile-sync-{name}:{os.getpid()}" for name in ("one", "two")}
     try:
         for name, tag in tags.items():

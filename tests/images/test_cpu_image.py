@@ -17,6 +17,7 @@ import pytest
 
 from tests.images import image_builds
 from tests.images.image_builds import FAKE_WEIGHTS_MD5, run_once
+from tests.support.docker_engine import engine_client
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -40,9 +41,7 @@ def _owned_by(path: Path, uid: int, gid: int) -> None:
 
 
 def test_image_metadata(cpu_image: str) -> None:
-    import docker
-
-    attrs = docker.from_env().images.get(cpu_image).attrs["Config"]
+    attrs = engine_client().images.get(cpu_image).attrs["Config"]
     assert attrs["Entrypoint"] == ["workloads"]
     assert attrs["User"] == "1000:1000"
     assert "/results" in attrs["Volumes"]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.docker_engine import engine_client
+
 REPO = Path(__file__).resolve().parents[2]
 BASE_IMAGE = REPO / "scripts" / "build-base-image.sh"
 BUILD_BOX = REPO / "scripts" / "build-box.sh"
@@ -91,6 +93,5 @@ def test_release_signed_by_another_key_is_refused(docker_host: str, tmp_path: Pa
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1, result.stderr
     assert f"is not signed by a key in {keyring}" in result.stderr
-    import docker
 
-    assert not docker.from_env().images.list(name="tfhost/keyring-test")
+    assert not engine_client().images.list(name="tfhost/keyring-test")

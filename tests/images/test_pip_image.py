@@ -23,6 +23,7 @@ from tests.images.image_checks import (
     results_dir,
     tiny_cifar10_writes_its_record,
 )
+from tests.support.docker_engine import engine_client
 
 # Built on every CI run: on a fresh machine the cold build (tensorflow[and-cuda] and
 # NVIDIA's wheels, 3.3 GB of downloads) took 114 s and the whole suite 50 min
@@ -36,9 +37,7 @@ pytestmark = [
 
 
 def test_pip_image_metadata(pip_image: str) -> None:
-    import docker
-
-    config = docker.from_env().images.get(pip_image).attrs["Config"]
+    config = engine_client().images.get(pip_image).attrs["Config"]
     assert config["Entrypoint"] == ["workloads"] and config["User"] == "1000:1000"
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"

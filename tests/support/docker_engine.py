@@ -12,12 +12,29 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE = REPO / "scripts" / "docker-engine.sh"
 BASE_IMAGE = REPO / "scripts" / "build-base-image.sh"
+
+
+# How long a test waits for one reply of the engine. A hang guard, not a speed limit:
+# docker-py's default (60 s) is shorter than the engine's slowest honest replies, which
+# scale with an image's size and a busy disk. dockerd 20.10 writes a whole `docker save`
+# export to a temporary folder before it sends the first byte: the 2.5 GB ngc image took
+# 20 s to 1:48 on the project's 2-core machine, and over 60 s in a CI run with the other
+# core busy. `images.remove` too answers only after the layers are deleted.
+SLOW_REPLY_TIMEOUT_S = 1800
+
+
+def engine_client() -> Any:
+    """A ``docker.DockerClient`` for ``DOCKER_HOST`` that waits out the engine's slow replies."""
+    import docker
+
+    return docker.from_env(timeout=SLOW_REPLY_TIMEOUT_S)
 
 
 def _docker_host() -> str:
