@@ -51,6 +51,25 @@ def isolated_env(
     yield env
 
 
+FRAMEWORKS = ("tensorflow", "keras", "jax", "torch")
+
+
+def without_frameworks(env: dict[str, str], folder: Path) -> dict[str, str]:
+    """``env`` with every ML framework shadowed by a package that fails on import.
+
+    For checks that must happen before a framework loads: a run that imports one
+    ends in a traceback naming it instead of its own one-line error.
+    """
+    for name in FRAMEWORKS:
+        package = folder / "poisoned" / name
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text(
+            f"raise RuntimeError('{name} was imported before the input was checked')\n"
+        )
+    paths = [str(folder / "poisoned"), *filter(None, [env.get("PYTHONPATH")])]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def run_cli(
     args: list[str], env: dict[str, str], timeout: int = 300
 ) -> subprocess.CompletedProcess[str]:

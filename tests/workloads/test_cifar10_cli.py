@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.workloads.conftest import Archive, assert_one_line_error, run_cli
+from tests.workloads.cifar_fixture import batch_members, batch_pickle, planar_batch, write_members
+from tests.workloads.conftest import Archive, assert_one_line_error, run_cli, without_frameworks
 
 REQUIRED_FIELDS = {
     "workload",
@@ -175,6 +177,45 @@ def test_wrong_sha256_and_oversized_batch(
     env = {**isolated_env, "WORKLOADS_CIFAR10_SHA256": cifar_archive.sha256}
     result = run_cli(["cifar10", *data_dir, "--batch-size", "64"], env)
     assert_one_line_error(result, "cifar10", "global batch 64 is larger than the 8 images")
+
+
+def _hostile_archives(folder: Path) -> list[tuple[Path, str]]:
+    """Files a mirror could serve with its own checksum, each with its SHA-256: a real-format
+    archive with label 10 in one batch, and an error page where the tar.gz should be."""
+    pixels, labels = planar_batch(0, 8)
+    labels[5] = 10
+    members = {**batch_members(), "cifar-10-batches-py/data_batch_3":
+               batch_pickle(pixels, labels, b"b3")}
+    bad_label = folder / "label-10" / "cifar-10-python.tar.gz"
+    bad_label.parent.mkdir(parents=True)
+    error_page = folder / "error-page" / "cifar-10-python.tar.gz"
+    error_page.parent.mkdir(parents=True)
+    error_page.write_bytes(b"<html>mirror error page</html>\n" * 40)
+    return [(bad_label, write_members(bad_label, members)),
+            (error_page, hashlib.sha256(error_page.read_bytes()).hexdigest())]
+
+
+def test_data_is_refused_before_any_framework_loads(
+    tmp_path: Path, isolated_env: dict[str, str], cifar_archive: Archive
+) -> None:
+    """Every refusal of ``--data cifar10`` comes before TensorFlow (or another backend) is
+    imported: the frameworks are shadowed by packages that fail on import, so a check that
+    ran after one loaded ends in a traceback instead of its one line."""
+    env = without_frameworks(isolated_env, tmp_path)
+    cases: list[tuple[list[str], dict[str, str], str]] = [
+        (["--data-dir", str(tmp_path / "absent")], {}, "not found"),
+        ([], {}, "cannot download"),
+        (["--data-dir", str(cifar_archive.path.parent)], {}, "has SHA-256"),
+    ]
+    for path, digest in _hostile_archives(tmp_path / "hostile"):
+        cases.append((["--data-dir", str(path.parent)], {"WORKLOADS_CIFAR10_SHA256": digest},
+                      f"{path} is "))
+    for args, extra, message in cases:
+        result = run_cli(["cifar10", "--data", "cifar10", *args], {**env, **extra}, timeout=60)
+        assert_one_line_error(result, "cifar10", message)
+    # The shadowing works: a run that gets past the data imports its backend and fails.
+    result = run_cli(["cifar10", "--steps-per-epoch", "1"], env, timeout=60)
+    assert "keras was imported before the input was checked" in result.stderr
 
 
 def test_xla_mixed_precision_and_saving_across_replicas(

@@ -198,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from workloads.cifar10 import multiworker
+    from workloads.cifar10.source import choose_data
 
     if multiworker.wants_slurm(args.distributed):
         # A SLURM worker re-executes itself once with workloads/netbind preloaded: here,
@@ -207,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
     output = ensure_writable(args.output or default_output("cifar10", args.model))
     if args.save_model:
         ensure_writable(Path(args.save_model))
+    source = choose_data(args.data, args.data_dir)  # the archive, found and checked, too
     config = config_from_args(args)
     record = new_record("cifar10", params=asdict(config))
 
@@ -214,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     from workloads.envinfo import collect_env
     from workloads.table import print_records
 
-    train(config, record)
+    train(config, record, source)
     if not record.pop("is_chief"):
         return 0  # multi-worker: only the chief writes the record
     record["env"] = collect_env()

@@ -21,6 +21,7 @@ from workloads.cifar10 import data as cifar_data
 from workloads.cifar10 import multiworker
 from workloads.cifar10.models import MODELS, ModelSpec
 from workloads.cifar10.multiworker import SlurmTask, wants_slurm
+from workloads.cifar10.source import DataSource, choose_data
 from workloads.cifar10.timing import StepTimer, steady_state
 from workloads.envinfo import cpu_bf16_flags
 from workloads.errors import OutOfMemory, WorkloadError, is_out_of_memory
@@ -232,31 +233,17 @@ def set_precision(config: TrainConfig, placement: Placement) -> str:
 
 
 def make_datasets(
-    config: TrainConfig, spec: ModelSpec, global_batch: int
+    config: TrainConfig, spec: ModelSpec, global_batch: int, source: DataSource
 ) -> tuple[Any, Any | None, int, dict[str, Any]]:
     """Training dataset, optional test dataset, steps per epoch, and data facts for the record."""
     import tensorflow as tf
 
     image_size = config.image_size or spec.image_size
     crop = (config.image_size or spec.crop) if spec.crop else None
-    facts: dict[str, Any] = {"data": config.data, "image_size": image_size}
-    data = config.data
-    archive: Path | None = None
-    if data in ("cifar10", "auto"):
-        try:
-            archive = cifar_data.locate_archive(Path(config.data_dir) if config.data_dir else None)
-            data = "cifar10"
-        except WorkloadError as exc:
-            if data == "cifar10":
-                raise
-            print(
-                f"note: real CIFAR-10 unavailable ({exc.problem}); using synthetic data",
-                file=sys.stderr,
-            )
-            facts["data_fallback_reason"] = exc.problem
-            data = "synthetic"
-    facts["data"] = data
-    if data == "synthetic":
+    facts: dict[str, Any] = {"data": source.kind, "image_size": image_size}
+    if source.fallback_reason is not None:
+        facts["data_fallback_reason"] = source.fallback_reason
+    if source.cifar is None:
         train = cifar_data.synthetic_dataset(
             tf, global_batch=global_batch, image_size=image_size, seed=config.seed
         )
@@ -264,8 +251,7 @@ def make_datasets(
         if steps == 0:
             raise _batch_too_large(global_batch, TRAIN_IMAGES)
         return train, None, steps, facts
-    assert archive is not None
-    cifar = cifar_data.load_archive(archive)
+    cifar, archive = source.cifar, source.archive
     full_steps = len(cifar.x_train) // global_batch
     if full_steps == 0 or len(cifar.x_test) // global_batch == 0:
         raise _batch_too_large(global_batch, min(len(cifar.x_train), len(cifar.x_test)))
@@ -336,8 +322,14 @@ def _scope(strategy: Any) -> Any:
     return strategy.scope() if hasattr(strategy, "scope") else strategy
 
 
-def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
-    """Run the benchmark and fill ``record`` with its figures; returns the record."""
+def train(
+    config: TrainConfig, record: dict[str, Any], source: DataSource | None = None
+) -> dict[str, Any]:
+    """Run the benchmark and fill ``record`` with its figures; returns the record.
+
+    ``source`` is the data ``workloads cifar10`` resolved before TensorFlow loaded;
+    other callers leave it out and it is resolved here from ``config``.
+    """
     import keras
 
     spec = MODELS[config.model]
@@ -353,7 +345,9 @@ def train(config: TrainConfig, record: dict[str, Any]) -> dict[str, Any]:
         config, record["fast_cpu"] = fast_cpu_config(config)
     global_batch = config.batch_size * placement.replicas
     policy = set_precision(config, placement)
-    train_ds, test_ds, steps, facts = make_datasets(config, spec, global_batch)
+    if source is None:
+        source = choose_data(config.data, config.data_dir)
+    train_ds, test_ds, steps, facts = make_datasets(config, spec, global_batch, source)
     backend = backend_name()
     record.update(
         model=config.model,
