@@ -13,17 +13,15 @@ first byte comes (see ``SLOW_REPLY_TIMEOUT_S``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from tests.support.docker_engine import engine_client
 
 CHUNK_BYTES = 1 << 20
 
 
-def layers_holding(image: str, needles: Iterable[bytes], client: Any = None) -> set[bytes]:
+def layers_holding(image: str, needles: Iterable[bytes]) -> set[bytes]:
     """The needles found anywhere in ``image``'s layers (one ``docker save``, streamed)."""
-    engine = client if client is not None else engine_client()
-    return needles_in(engine.images.get(image).save(chunk_size=CHUNK_BYTES), needles)
+    return needles_in(engine_client().images.get(image).save(chunk_size=CHUNK_BYTES), needles)
 
 
 def needles_in(chunks: Iterable[bytes], needles: Iterable[bytes]) -> set[bytes]:

@@ -101,6 +101,16 @@ def write_archive(
     return write_members(path, batch_members(train_per_batch, test_images))
 
 
+def write_archive_with_label_10(path: Path) -> str:
+    """A real-format archive whose third training batch has label 10 at index 5 (what a
+    mirror could serve under its own checksum); returns its SHA-256."""
+    pixels, labels = planar_batch(16, 8)
+    labels[5] = 10
+    members = {**batch_members(), "cifar-10-batches-py/data_batch_3":
+               batch_pickle(pixels, labels, b"b3")}
+    return write_members(path, members)
+
+
 # --- the bytes Python 2 wrote --------------------------------------------------------------
 # The real archive was pickled by Python 2's cPickle (protocol 2) with NumPy 1. It cannot be
 # downloaded in the tests, so these helpers write the same opcodes by hand: byte strings

@@ -29,7 +29,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.loopback_http import base_url, loopback_server
-from tests.workloads.cifar_fixture import batch_members, batch_pickle, planar_batch, write_members
+from tests.workloads.cifar_fixture import (
+    batch_members,
+    batch_pickle,
+    planar_batch,
+    write_archive_with_label_10,
+    write_members,
+)
 from tests.workloads.conftest import REPO, assert_one_line_error, run_cli
 from workloads.cifar10 import archive_reader, data
 from workloads.errors import WorkloadError
@@ -56,19 +62,12 @@ def _members_with(name: str, batch: bytes) -> dict[str, bytes]:
     return {**MEMBERS, name: batch}
 
 
-def _labels_outside_0_9(path: Path) -> str:
-    """A real-format archive whose third training batch has label 10 at index 5."""
-    pixels, labels = planar_batch(16, 8)
-    labels[5] = 10
-    return write_members(path, _members_with(BATCH_3, batch_pickle(pixels, labels, b"b3")))
-
-
 def test_labels_outside_0_9_are_refused_before_training_and_no_record_is_written(
     tmp_path: Path, isolated_env: dict[str, str]
 ) -> None:
     """The checksum is overridden, as for a mirror: the content itself is checked."""
     archive = tmp_path / "data" / data.ARCHIVE_NAME
-    env = {**isolated_env, "WORKLOADS_CIFAR10_SHA256": _labels_outside_0_9(archive)}
+    env = {**isolated_env, "WORKLOADS_CIFAR10_SHA256": write_archive_with_label_10(archive)}
     out = tmp_path / "out.json"
     args = ["--data", "cifar10", "--data-dir", str(archive.parent), "--output", str(out)]
     result = run_cli(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workloads.cifar_fixture import batch_members, batch_pickle, planar_batch, write_members
+from tests.workloads.cifar_fixture import write_archive_with_label_10
 from tests.workloads.conftest import Archive, assert_one_line_error, run_cli, without_frameworks
 
 REQUIRED_FIELDS = {
@@ -182,16 +182,11 @@ def test_wrong_sha256_and_oversized_batch(
 def _hostile_archives(folder: Path) -> list[tuple[Path, str]]:
     """Files a mirror could serve with its own checksum, each with its SHA-256: a real-format
     archive with label 10 in one batch, and an error page where the tar.gz should be."""
-    pixels, labels = planar_batch(0, 8)
-    labels[5] = 10
-    members = {**batch_members(), "cifar-10-batches-py/data_batch_3":
-               batch_pickle(pixels, labels, b"b3")}
     bad_label = folder / "label-10" / "cifar-10-python.tar.gz"
-    bad_label.parent.mkdir(parents=True)
     error_page = folder / "error-page" / "cifar-10-python.tar.gz"
     error_page.parent.mkdir(parents=True)
     error_page.write_bytes(b"<html>mirror error page</html>\n" * 40)
-    return [(bad_label, write_members(bad_label, members)),
+    return [(bad_label, write_archive_with_label_10(bad_label)),
             (error_page, hashlib.sha256(error_page.read_bytes()).hexdigest())]
 
 

@@ -18,19 +18,23 @@ from workloads.errors import WorkloadError
 
 @dataclass(frozen=True)
 class DataSource:
-    """What the run trains on: the real archive, decoded, or synthetic images."""
+    """What the run trains on: the real archive, decoded, or (without one) synthetic images."""
 
-    kind: str  # "cifar10" or "synthetic"
     archive: Path | None = None
     cifar: cifar_data.Cifar10 | None = None
     fallback_reason: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """The record's ``data``: ``cifar10`` or ``synthetic``."""
+        return "synthetic" if self.cifar is None else "cifar10"
 
 
 def choose_data(data: str, data_dir: str | None) -> DataSource:
     """``--data cifar10`` must find a valid archive; ``auto`` falls back to synthetic data
     with a note on stderr; ``synthetic`` reads nothing."""
     if data not in ("cifar10", "auto"):
-        return DataSource("synthetic")
+        return DataSource()
     try:
         archive = cifar_data.locate_archive(Path(data_dir) if data_dir else None)
     except WorkloadError as exc:
@@ -40,5 +44,5 @@ def choose_data(data: str, data_dir: str | None) -> DataSource:
             f"note: real CIFAR-10 unavailable ({exc.problem}); using synthetic data",
             file=sys.stderr,
         )
-        return DataSource("synthetic", fallback_reason=exc.problem)
-    return DataSource("cifar10", archive, cifar_data.load_archive(archive))
+        return DataSource(fallback_reason=exc.problem)
+    return DataSource(archive, cifar_data.load_archive(archive))
