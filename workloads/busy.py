@@ -113,7 +113,7 @@ class Probe:
 
 def gpu_other_processes() -> int | None:
     """Other processes holding a GPU context now (NVML); None without a driver."""
-    from workloads.accept.nvml import open_nvml, other_processes
+    from workloads.hardware.nvml import open_nvml, other_processes
 
     nvml = open_nvml()
     if nvml is None:

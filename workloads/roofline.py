@@ -24,7 +24,7 @@ other processes used the CPU or the GPU is kept only as *provisional* and measur
 again next time, so a busy moment never becomes the denominator for good.
 
 ``mfu`` (model FLOPs utilisation) is achieved FLOP/s divided by a peak. Which peak
-(:func:`mfu_peak`): for a GPU in the reference table (``workloads/accept/reference.yaml``)
+(:func:`mfu_peak`): for a GPU in the reference table (``workloads/hardware/reference.yaml``)
 the datasheet's dense peak of the math the run uses, as the field defines MFU, with
 the measured peak beside it; elsewhere (CPUs, unknown GPUs) the measured one. Every
 record says which (``peak.source``: ``datasheet``, ``measured`` or ``provisional``)
@@ -351,7 +351,7 @@ def mfu_peak(device: str, dtype: str) -> dict[str, Any]:
     reference table (TF32's when float32 runs as TF32), else the measured peak;
     the measured one is always beside it.
     """
-    from workloads.accept.identify import datasheet_matmul
+    from workloads.hardware.identify import datasheet_matmul
 
     measured = peak_flops(device, dtype)
     beside = {

@@ -19,8 +19,8 @@ import pytest
 from tests.host.fake_nvml import FakeNvml
 from workloads.accept import battery, checks, output
 from workloads.accept.kernels import Device
-from workloads.accept.reference import load
 from workloads.accept.verdicts import FAIL, PASS, Finding
+from workloads.hardware.reference import load
 
 READINGS = Path(__file__).parent / "data" / "accept_nvml.json"
 NAME = "NVIDIA H100 80GB HBM3"

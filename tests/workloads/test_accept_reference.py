@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from tests.workloads.conftest import REPO
-from workloads.accept import identify
-from workloads.accept.reference import MATMUL_DTYPES, load, parse
+from workloads.hardware import identify
+from workloads.hardware.reference import MATMUL_DTYPES, load, parse
 
-TABLE = REPO / "workloads" / "accept" / "reference.yaml"
+TABLE = REPO / "workloads" / "hardware" / "reference.yaml"
 GENERATIONS = REPO / "ansible" / "roles" / "nvidia_driver" / "vars" / "gpu_generations.yml"
 
 
@@ -130,7 +130,7 @@ def test_pci_ids_agree_with_the_driver_roles_generation_table() -> None:
 def test_the_table_ships_in_the_package() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["workloads"]
-    assert any(Path("accept/reference.yaml").match(p) for p in patterns)
+    assert any(Path("hardware/reference.yaml").match(p) for p in patterns)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """``workloads accept``'s verdict rules on recorded NVML readings and measurements.
 
-The NVML readings go through the real reader (``workloads.accept.nvml``) on the
+The NVML readings go through the real reader (``workloads.hardware.nvml``) on the
 replaying NVML stand-in (``tests/host/fake_nvml.py``, whose API is checked against
 pynvml's), so the path from NVML's calls to a verdict is the production one.
 """
@@ -24,9 +24,9 @@ from tests.workloads.conftest import REPO
 from workloads.accept import checks, dcgm, verdicts
 from workloads.accept.checks import Target
 from workloads.accept.kernels import Device
-from workloads.accept.nvml import GpuFacts, GpuWatch, Watcher
-from workloads.accept.reference import GpuModel, load
 from workloads.accept.verdicts import FAIL, INFO, PASS, SKIP, WARN, Finding
+from workloads.hardware.nvml import GpuFacts, GpuWatch, Watcher
+from workloads.hardware.reference import GpuModel, load
 
 READINGS = Path(__file__).parent / "data" / "accept_nvml.json"
 

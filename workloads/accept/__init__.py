@@ -1,6 +1,7 @@
 """``workloads accept``: measured figures against the hardware's own limits, with verdicts.
 
-reference (the datasheet table), nvml (readings), kernels (the per-backend
-measurement layer), checks, verdicts (pure rules), dcgm, battery (the runner),
-output (table and record), command (the CLI).
+kernels (the interface the measurements are written against), backends (which
+layer: kernels_tf or kernels_jax), checks, verdicts (pure rules), dcgm, battery (the
+runner), output (table and record), command (the CLI). The datasheet table and the
+NVML readings are a layer below, :mod:`workloads.hardware`.
 """

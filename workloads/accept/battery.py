@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workloads import busy
-from workloads.accept import checks, dcgm, identify, verdicts
+from workloads.accept import checks, dcgm, verdicts
 from workloads.accept.checks import Sizes, Target
-from workloads.accept.nvml import GpuWatch, Watcher, open_nvml
-from workloads.accept.reference import Reference
 from workloads.accept.verdicts import SKIP, Finding
+from workloads.hardware import identify
+from workloads.hardware.nvml import GpuWatch, Watcher, open_nvml
+from workloads.hardware.reference import Reference
 
 CHECKS = ("matmul", "membw", "transfer", "allreduce", "training", "nvml", "dcgm")
 MEASURED = ("matmul", "membw", "transfer", "allreduce", "training")
@@ -118,7 +119,7 @@ def run(
         probe = busy.Probe(gpu_others=lambda: None)
         token = probe.start()
         if measured and kernels is None:
-            from workloads.accept.kernels import load_kernels
+            from workloads.accept.backends import load_kernels
 
             on_gpu_guess = watcher is not None
             kernels = load_kernels(backend, checks.sizes(on_gpu_guess, quick).cpu_devices)

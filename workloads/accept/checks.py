@@ -15,9 +15,9 @@ from typing import Any
 
 from workloads.accept import verdicts
 from workloads.accept.kernels import Device, Kernels, matmul_rate
-from workloads.accept.nvml import GpuWatch
-from workloads.accept.reference import GpuModel, Reference
 from workloads.accept.verdicts import INFO, SKIP, Finding
+from workloads.hardware.nvml import GpuWatch
+from workloads.hardware.reference import GpuModel, Reference
 
 MIB = 1 << 20
 Tick = Callable[[str], None]

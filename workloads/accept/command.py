@@ -1,7 +1,7 @@
 """``workloads accept``: does this host perform as its hardware should, check by check?
 
 A fixed battery, each check measured and compared with the device's own limit
-(the datasheet for GPUs in workloads/accept/reference.yaml, the PCIe link the GPU
+(the datasheet for GPUs in workloads/hardware/reference.yaml, the PCIe link the GPU
 can train to, its NVLinks), each with a verdict and a reason:
 
   matmul     matmul peak per device: float32, TF32 where it exists, bfloat16, float16
@@ -113,14 +113,14 @@ def run(args: argparse.Namespace) -> int:
             "unset KERAS_BACKEND (TensorFlow) or set KERAS_BACKEND=jax",
         )
     if backend == "jax":
-        from workloads.accept.kernels import prepare_jax_cpu_devices
+        from workloads.accept.backends import prepare_jax_cpu_devices
 
         prepare_jax_cpu_devices(4 if not args.quick else 2)
 
     from workloads.accept import battery
     from workloads.accept import output as out
-    from workloads.accept.reference import load
     from workloads.envinfo import collect_env
+    from workloads.hardware.reference import load
 
     record = new_record("accept")
     outcome = battery.run(

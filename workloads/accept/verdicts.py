@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from workloads.accept.nvml import REASON_NAMES, GpuWatch
-from workloads.accept.reference import NvLinkSpec, Threshold
+from workloads.hardware.nvml import REASON_NAMES, GpuWatch
+from workloads.hardware.reference import NvLinkSpec, Threshold
 
 PASS, WARN, FAIL, INFO, SKIP = "pass", "warn", "fail", "info", "skip"
 SEVERITY = {SKIP: 0, INFO: 0, PASS: 1, WARN: 2, FAIL: 3}

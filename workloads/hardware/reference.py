@@ -159,6 +159,6 @@ def parse(data: dict[str, Any]) -> Reference:
 
 @cache
 def load() -> Reference:
-    """The packaged table (``workloads/accept/reference.yaml``)."""
-    text = resources.files("workloads.accept").joinpath("reference.yaml").read_text()
+    """The packaged table (``workloads/hardware/reference.yaml``)."""
+    text = resources.files("workloads.hardware").joinpath("reference.yaml").read_text()
     return parse(yaml.safe_load(text))

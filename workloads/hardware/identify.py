@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from workloads.accept.reference import GpuModel, load
+from workloads.hardware.reference import GpuModel, load
 
 
 def visible_nvml_indices(visible: str | None, nvml_gpus: list[dict[str, Any]]) -> list[int]:
