@@ -158,12 +158,14 @@ def event_findings(
         if event.kind == "XID":
             entry = catalogue.xids.get(event.code)
             what = f"{entry.description} ({entry.mnemonic})" if entry else "unknown code"
+            meaning = entry.description if entry else "not in the catalogue"
             device = labels.get(device_key(event.pci), f"PCI {event.pci}")
             bucket = entry.immediate if entry else None
             source = "xid-catalog"
         else:
             entry = None
             what = "Fatal" if event.fatal else "Non-fatal"
+            meaning = f"{what}, {event.text}"
             device = f"NVSwitch {event.switch} ({event.pci})"
             bucket = None
             source = "fabric-manager-guide"
@@ -185,6 +187,7 @@ def event_findings(
                 details={
                     "code": event.code,
                     "kind": event.kind,
+                    "meaning": meaning,
                     "pci": event.pci,
                     "count": group.count,
                     "last_timestamp_us": group.last_us,

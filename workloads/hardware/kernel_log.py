@@ -85,10 +85,10 @@ class _Grouper:
             group.last_us = max(group.last_us or 0, event.timestamp_us)
 
 
-def boot_id(path: Path = BOOT_ID) -> str | None:
+def boot_id(path: Path | None = None) -> str | None:
     """This boot's identity (a UUID the kernel makes at boot), None where it cannot be read."""
     try:
-        return path.read_text().strip() or None
+        return (path or BOOT_ID).read_text().strip()[:64] or None
     except OSError:
         return None
 
