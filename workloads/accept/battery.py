@@ -254,7 +254,9 @@ def nvml_findings(
         findings.append(verdicts.clocks(label, watch, reference.thresholds["clocks"]))
         findings.append(verdicts.throttle(label, watch))
         findings.append(verdicts.memory_errors(label, watch))
-        link = verdicts.nvlink(label, watch, model.nvlink if model else None)
+        link = verdicts.nvlink(
+            label, watch, model.nvlink if model else None, visible_gpus=len(watcher.gpus)
+        )
         if link is not None:
             findings.append(link)
     return findings
