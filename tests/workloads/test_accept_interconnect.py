@@ -8,7 +8,7 @@ the PCI ID repository. NVML's enum is not the NVLink generation (an A100 reports
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pynvml
 import pytest
@@ -17,7 +17,7 @@ from tests.host import nvml_boards
 from tests.host.fake_nvml import FakeNvml
 from workloads.accept import checks, verdicts
 from workloads.accept.checks import Sizes, Target
-from workloads.accept.kernels import Device
+from workloads.accept.kernels import Device, Kernels
 from workloads.accept.verdicts import FAIL, INFO, PASS
 from workloads.hardware.nvml import Watcher, nvlink_version, nvlink_version_text
 from workloads.hardware.reference import load
@@ -112,7 +112,7 @@ def test_all_reduce_verdicts_on_real_boards(
 ) -> None:
     targets = _targets(nvml_boards.healthy(board, 8))
     findings = checks.check_allreduce(
-        FixedAllReduce(8, busbw), targets, _sizes(), load(), lambda _: None
+        cast(Kernels, FixedAllReduce(8, busbw)), targets, _sizes(), load(), lambda _: None
     )
     best = findings[-1]
     assert best.item.startswith("best busbw")
