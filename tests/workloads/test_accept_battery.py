@@ -33,6 +33,8 @@ class RecordedKernels:
     """The backend layer's interface with recorded figures of an HGX H100."""
 
     backend = "recorded"
+    transfer_pinned = True
+    transfer_method = "recorded figures of pinned copies"
 
     def devices(self) -> list[Device]:
         return [Device("GPU", i, NAME, f"/GPU:{i}", (9, 0)) for i in range(5)]

@@ -15,7 +15,7 @@ from typing import Any
 
 from workloads.accept import verdicts
 from workloads.accept.kernels import Device, Kernels, matmul_rate
-from workloads.accept.verdicts import INFO, SKIP, Finding
+from workloads.accept.verdicts import INFO, SKIP, WARN, Finding
 from workloads.hardware.nvml import GpuWatch, nvlink_version
 from workloads.hardware.reference import GpuModel, Reference
 
@@ -250,19 +250,36 @@ def check_transfer(
             rate = kernels.transfer_rate(
                 target.device, size.transfer_bytes, size.transfer_repeats, to_device
             )
-            findings.append(
-                verdicts.against_limit(
-                    "transfer",
-                    target.label,
-                    f"{item} {size.transfer_bytes // MIB} MiB",
-                    rate / 1e9,
-                    "GB/s",
-                    limit,
-                    reference.thresholds["transfer"],
-                    source,
-                    no_limit_reason="NVML gives no PCIe link figures for this GPU: figure only",
+            what = f"{item} {size.transfer_bytes // MIB} MiB"
+            details = {"method": kernels.transfer_method}
+            if not kernels.transfer_pinned:
+                findings.append(
+                    Finding(
+                        "transfer",
+                        target.label,
+                        what,
+                        WARN,
+                        f"{rate / 1e9:,.1f} GB/s from pageable host memory: the driver's "
+                        "staging, not the link, so not judged; install cuda-bindings "
+                        "(requirements/) to measure from pinned memory",
+                        rate / 1e9,
+                        "GB/s",
+                        details=details,
+                    )
                 )
+                continue
+            finding = verdicts.against_limit(
+                "transfer",
+                target.label,
+                what,
+                rate / 1e9,
+                "GB/s",
+                limit,
+                reference.thresholds["transfer"],
+                source,
+                no_limit_reason="NVML gives no PCIe link figures for this GPU: figure only",
             )
+            findings.append(replace(finding, details=details))
     return findings
 
 

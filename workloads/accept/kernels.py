@@ -58,6 +58,16 @@ class Kernels(Protocol):
         """Best bytes/s of a host→device (or device→host) copy of ``nbytes``."""
         ...
 
+    @property
+    def transfer_pinned(self) -> bool:
+        """Whether ``transfer_rate`` copies from pinned host memory (the link's own rate)."""
+        ...
+
+    @property
+    def transfer_method(self) -> str:
+        """How ``transfer_rate`` copies, in words, for the record."""
+        ...
+
     def allreduce_time(self, nbytes: int, iterations: int) -> float:
         """Seconds per sum all-reduce of ``nbytes`` per rank across the collective devices."""
         ...

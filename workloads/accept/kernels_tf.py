@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 from workloads.accept.kernels import Device, best_rate
+from workloads.hardware.copy_engine import CopyEngine, open_driver
 
 FLOAT32_BYTES = 4
 
@@ -25,6 +26,7 @@ class TensorFlowKernels:
         self.gpus = setup_tensorflow(tf, cpu_replicas=1 if physical else max(1, cpu_devices))
         require_supported(self.gpus)
         self._strategy: Any = None
+        self._engine: CopyEngine | bool | None = False  # False: not opened yet
 
     def devices(self) -> list[Device]:
         from workloads.envinfo import cpu_model
@@ -66,6 +68,37 @@ class TensorFlowKernels:
             return best_rate(run, 2 * nbytes * repeats, rounds)
 
     def transfer_rate(self, device: Device, nbytes: int, repeats: int, to_device: bool) -> float:
+        """Copies between pinned host memory and the GPU on its copy engines (cuda-bindings).
+
+        TensorFlow exposes no pinned host buffer to copy from: a tensor made from NumPy
+        is pageable, and a pageable copy measures the driver's staging, not the link.
+        The CUDA driver API does what nvbandwidth does, in TensorFlow's own primary
+        context (:mod:`workloads.hardware.copy_engine`). Without cuda-bindings the copy is
+        TensorFlow's own, from pageable memory, and ``transfer_pinned`` says so.
+        """
+        engine = self._copy_engine()
+        if engine is not None:
+            measure = engine.host_to_device if to_device else engine.device_to_host
+            return measure(device.index, nbytes, repeats)
+        return self._pageable_rate(device, nbytes, repeats, to_device)
+
+    @property
+    def transfer_pinned(self) -> bool:
+        return self._copy_engine() is not None
+
+    @property
+    def transfer_method(self) -> str:
+        if self.transfer_pinned:
+            return "pinned host memory, CUDA copy engines (cuda-bindings), as nvbandwidth"
+        return "TensorFlow's copies from pageable host memory (cuda-bindings not usable here)"
+
+    def _copy_engine(self) -> CopyEngine | None:
+        if self._engine is False:
+            driver = open_driver() if self.gpus else None
+            self._engine = CopyEngine(driver) if driver is not None else None
+        return self._engine  # type: ignore[return-value]
+
+    def _pageable_rate(self, device: Device, nbytes: int, repeats: int, to_device: bool) -> float:
         import numpy as np
 
         tf = self.tf
