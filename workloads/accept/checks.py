@@ -40,10 +40,22 @@ class Sizes:
     train_batch: int
     train_steps: int
     cpu_devices: int
+    p2p_bytes: int = 0  # each ordered pair's copy
+    p2p_repeats: int = 0
+    soak_matrix: int = 0  # the soak's square matmul
 
 
 def sizes(on_gpu: bool, quick: bool) -> Sizes:
     """The sizes for a GPU or CPU host, full or ``--quick``."""
+    base = _sizes(on_gpu, quick)
+    if on_gpu:  # nvbandwidth copies 512 MiB per pair; 256 MiB is past the copy engines' ramp
+        return replace(
+            base, p2p_bytes=(32 if quick else 256) * MIB, p2p_repeats=3, soak_matrix=8192
+        )
+    return replace(base, p2p_bytes=(4 if quick else 16) * MIB, p2p_repeats=3, soak_matrix=512)
+
+
+def _sizes(on_gpu: bool, quick: bool) -> Sizes:
     from workloads.roofline import PEAK_MATRIX
 
     if on_gpu and not quick:
@@ -319,8 +331,7 @@ def interconnect_limit(
         generation = "/".join(str(g) for g in generations)
         return (
             limit,
-            f"NVLink {generation} × {links} links per GPU "
-            f"{reference.ref(reference.nvlink_source)}",
+            f"NVLink {generation} × {links} links per GPU {reference.ref(reference.nvlink_source)}",
             "allreduce_nvlink",
         )
     rates = [

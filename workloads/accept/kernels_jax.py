@@ -11,7 +11,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from workloads.accept.kernels import Device, best_rate
+from workloads.accept.kernels import Device, SoakRun, best_rate
+from workloads.hardware.copy_engine import process_engine
 
 FLOAT32_BYTES = 4
 PINNED_HOST = "pinned_host"  # page-locked host memory: what the copy engines DMA from
@@ -124,6 +125,68 @@ class JaxKernels:
             out = reduce(x)
         out.block_until_ready()
         return (time.perf_counter() - start) / iterations
+
+
+    def peer_devices(self) -> list[Device]:
+        if self.accelerated:
+            return self.devices()
+        return [Device("CPU device", i, "CPU", d) for i, d in enumerate(self.all)]
+
+    def peer_rate(
+        self, source: Device, target: Device, nbytes: int, repeats: int
+    ) -> tuple[float, bool | None]:
+        engine = process_engine() if source.kind == "GPU" else None
+        if engine is not None:
+            rate, direct = engine.peer(source.index, target.index, nbytes, repeats)
+            return rate, direct
+        import jax.numpy as jnp
+
+        jax = self.jax
+        with jax.default_device(source.handle):
+            x = jnp.ones(nbytes // FLOAT32_BYTES, jnp.float32).block_until_ready()
+        jax.device_put(x, target.handle).block_until_ready()  # warm-up
+        rate = best_rate(
+            lambda: jax.device_put(x, target.handle).block_until_ready, nbytes, repeats
+        )
+        return rate, None
+
+    def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
+        """The same seeded ``size``² float32 matmul on every device, again and again.
+
+        Each product's checksum is the wrap-around sum of its bits as uint32 (and of those
+        bits times their position), exact and independent of the reduction's order, so
+        two equal products always give equal checksums. Work is dispatched to every
+        device before any result is read, so all of them run at once.
+        """
+        import time
+
+        import jax.numpy as jnp
+        import numpy as np
+
+        jax = self.jax
+        rng = np.random.default_rng(0)
+        a_host = rng.standard_normal((size, size), dtype=np.float32)
+        b_host = rng.standard_normal((size, size), dtype=np.float32)
+
+        @jax.jit
+        def step(a: Any, b: Any) -> Any:
+            bits = jax.lax.bitcast_convert_type(a @ b, jnp.uint32).ravel()
+            where = jnp.arange(bits.size, dtype=jnp.uint32)
+            return jnp.stack([bits.sum(dtype=jnp.uint32), (bits * where).sum(dtype=jnp.uint32)])
+
+        operands = [
+            (jax.device_put(a_host, d.handle), jax.device_put(b_host, d.handle)) for d in devices
+        ]
+        checksums: dict[str, list[int]] = {d.label: [] for d in devices}
+        start = time.perf_counter()
+        while True:
+            pending = [step(a, b) for a, b in operands]
+            for device, result in zip(devices, pending, strict=True):
+                low, high = (int(v) for v in np.asarray(result))
+                checksums[device.label].append(high << 32 | low)
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                return SoakRun(checksums, elapsed, size)
 
 
 def _capability(device: Any) -> tuple[int, int] | None:

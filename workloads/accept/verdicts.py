@@ -34,6 +34,8 @@ HINTS = {
     "transfer": "look at the PCIe link row, the slot or riser, and the NUMA node of the process",
     "allreduce": "look at the NVLink rows, Fabric Manager and NCCL's P2P settings (NCCL_P2P_LEVEL)",
     "training": "compare with the matmul rows: a low matmul peak explains a low MFU",
+    "p2p": "look at `nvidia-smi topo -m` and the NVLink rows of both GPUs",
+    "soak": "look at this GPU's throttle row, its cooling and the power it was given",
 }
 
 # Reasons that hold the clock for a fault (fail), for heat (warn), or as designed (named only).

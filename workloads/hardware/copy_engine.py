@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from functools import cache
 from typing import Any
 
 
@@ -50,6 +51,13 @@ def open_driver(driver: Any = None) -> Any | None:
     if result != driver.CUresult.CUDA_SUCCESS or not count:
         return None
     return driver
+
+
+@cache
+def process_engine() -> CopyEngine | None:
+    """This process's engine over the real driver, opened once; None where there is none."""
+    driver = open_driver()
+    return CopyEngine(driver) if driver is not None else None
 
 
 class CopyEngine:

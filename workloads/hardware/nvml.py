@@ -271,6 +271,10 @@ class Watcher:
         self._thread = threading.Thread(target=self._loop, name="accept-nvml", daemon=True)
         self._start = clock()
 
+    def now(self) -> float:
+        """The time on the samples' own clock (``Sample.time_s``), to mark a window with."""
+        return round(self.clock() - self._start, 3)
+
     def sample_once(self) -> None:
         for gpu, handle in zip(self.gpus, self.handles, strict=True):
             gpu.samples.append(read_sample(self.nvml, handle, self._start, self.clock))
