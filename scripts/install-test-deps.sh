@@ -11,6 +11,9 @@
 # debian-archive-keyring/gpgv (debootstrap checks the mirror's signature against them).
 # rpm/createrepo-c/dnf (signed stub rpm repositories for the Rocky 9 stand-in: rpmbuild,
 # rpmsign, createrepo_c, modifyrepo_c; dnf checks them in tests/fixtures/test_rpmrepo.py).
+# pci.ids/curl: the PCI ID repository, which the datasheet table's coverage test reads
+# (tests/workloads/test_accept_reference.py); a newer Debian build of it than bookworm's
+# is installed below.
 set -euo pipefail
 
 packages=(
@@ -20,6 +23,7 @@ packages=(
   libvirt-daemon-system libvirt-clients dnsmasq-base iptables
   debian-archive-keyring gpgv
   rpm createrepo-c dnf
+  pci.ids curl
 )
 packages+=("$@")
 
@@ -40,3 +44,28 @@ fi
 if [[ " ${missing[*]} " == *" libvirt-daemon-system "* ]]; then
   rm -f /etc/libvirt/qemu/networks/autostart/default.xml
 fi
+
+# The PCI ID repository of bookworm (2023-04) predates the H200 and the B200: install a
+# newer Debian build of the same package (architecture all, no dependencies), pinned by
+# version and SHA-256, from Debian's pool; sid's first, then trixie's, which stays in the
+# pool for as long as trixie is supported. The coverage test says which file it read.
+pci_ids_builds=(
+  "0.0~2026.10.24-1 fe7c180612757179c22936a32934e527dd66fcf65249a004558f66d6d9e6b41c"
+  "0.0~2025.06.09-1 132bc7520473e53939e277cbf4512261b8d73ae244d77c277f674ecaf174598c"
+)
+installed=$(dpkg-query -W -f='${Version}' pci.ids 2>/dev/null || true)
+for build in "${pci_ids_builds[@]}"; do
+  read -r version sha256 <<<"$build"
+  dpkg --compare-versions "${installed:-0}" lt "$version" || break
+  [[ $(id -u) -eq 0 ]] || { echo "install-test-deps: run as root to install pci.ids $version" >&2; exit 1; }
+  deb=$(mktemp -d)/pci.ids_${version}_all.deb
+  if curl -fsSL --retry 3 -o "$deb" \
+       "http://deb.debian.org/debian/pool/main/p/pci.ids/pci.ids_${version}_all.deb" \
+     && echo "$sha256  $deb" | sha256sum -c --quiet; then
+    dpkg -i "$deb" >/dev/null
+    rm -rf "$(dirname "$deb")"
+    break
+  fi
+  rm -rf "$(dirname "$deb")"
+  echo "install-test-deps: pci.ids $version is not in Debian's pool (or its checksum differs); trying the next" >&2
+done

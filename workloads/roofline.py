@@ -8,7 +8,9 @@ few operations per weight are left out), by the backend's own cost analysis:
   profiler's ``float_operation`` view sums: MatMul, Conv2D and their backprops,
   BiasAdd, pooling, the loss ops), summed over the traced gradient step's graph,
   counting only the ops its outputs need;
-* JAX: XLA's ``cost_analysis()`` of the lowered gradient step (no second compile);
+* JAX: XLA's ``cost_analysis()`` of the lowered gradient step (no second compile),
+  or of the compiled one where the lowered program has none (GPU backends answer
+  ``None`` for the lowered program; the compiled executable's analysis has the count);
 * PyTorch: ``torch.utils.flop_counter.FlopCounterMode`` over forward + backward.
 
 The backends do not agree exactly, and the record names the method: TensorFlow
@@ -157,11 +159,31 @@ def _jax_flops(model: Any, shape: tuple[int, ...], loss: Callable[[Any, Any], An
 
     x = jnp.zeros(shape, model.inputs[0].dtype)
     y = jnp.zeros(shape[:1], jnp.int32)
-    # The lowered program's analysis: the same count without a second XLA compile.
-    analysis: Any = jax.jit(jax.grad(objective)).lower(trainable, x, y).cost_analysis()
-    if isinstance(analysis, list):  # older JAX: one dict per module
-        analysis = analysis[0]
-    return float(analysis["flops"])
+    return xla_flops(jax.jit(jax.grad(objective)).lower(trainable, x, y))
+
+
+def xla_flops(lowered: Any) -> float:
+    """FLOPs XLA counts for a lowered JAX program: the lowered analysis, else the compiled one.
+
+    The lowered program's analysis costs no compile, and the CPU backend answers it;
+    GPU backends answer ``None`` there (seen on an H200 with JAX 0.11), while the
+    compiled executable's ``cost_analysis()`` has the count. Older JAX returns a list
+    with one dict per module. No count from either is an error, never a zero.
+    """
+    for analysis in (lambda: lowered.cost_analysis(), lambda: lowered.compile().cost_analysis()):
+        value = _flops_of(analysis())
+        if value is not None:
+            return value
+    raise RuntimeError("XLA's cost analysis has no FLOP count for this program")
+
+
+def _flops_of(analysis: Any) -> float | None:
+    if isinstance(analysis, list | tuple):
+        analysis = analysis[0] if analysis else None
+    if not isinstance(analysis, dict):
+        return None
+    flops = analysis.get("flops")
+    return float(flops) if isinstance(flops, int | float) and flops > 0 else None
 
 
 def _torch_flops(model: Any, shape: tuple[int, ...], loss: Callable[[Any, Any], Any]) -> float:
@@ -205,10 +227,7 @@ def gradient_flops(fn: Callable[[Any, Any], Any], x: Any, aux: Any) -> tuple[flo
         import jax
 
         lowered = jax.jit(jax.value_and_grad(lambda image, a: fn(a, image))).lower(x, aux)
-        analysis: Any = lowered.cost_analysis()
-        if isinstance(analysis, list):
-            analysis = analysis[0]
-        return float(analysis["flops"]), "xla cost_analysis"
+        return xla_flops(lowered), "xla cost_analysis"
     if backend == "torch":
         from torch.utils.flop_counter import FlopCounterMode
 

@@ -9,6 +9,12 @@ the readings on its own, so the order of queries in a sample does not matter;
 after the last reading the last one repeats. Per-GPU facts that do not change
 (PCI device ID, link maxima, ECC and remapped-row counters, NVLink versions,
 compute processes) are keys of the GPU itself.
+
+Its constants are nvidia-ml-py's own (``pynvml.NVML_CLOCK_SM``, ``NVML_FEATURE_ENABLED``,
+…), never numbers typed here, so the fake and the code read one definition. An NVLink is
+recorded as its ``nvmlNvlinkVersion_t`` value (``pynvml.NVML_NVLINK_VERSION_4_0``), or
+``NVML_NVLINK_VERSION_INVALID`` for a link that is down; ``tests/host/nvml_boards.py``
+builds whole boards that way.
 """
 
 from __future__ import annotations
@@ -19,16 +25,18 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pynvml
+
 READINGS = Path(__file__).parent / "data" / "nvml_readings.json"
 
-NVML_TEMPERATURE_GPU = 0
-NVML_CLOCK_SM = 1
-NVML_CLOCK_MEM = 2
-NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
-NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-NVML_VOLATILE_ECC = 0
-NVML_AGGREGATE_ECC = 1
-NVML_NVLINK_MAX_LINKS = 18
+NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
+NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
+NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
+NVML_MEMORY_ERROR_TYPE_CORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+NVML_VOLATILE_ECC = pynvml.NVML_VOLATILE_ECC
+NVML_AGGREGATE_ECC = pynvml.NVML_AGGREGATE_ECC
+NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
 
 
 class NVMLError(Exception):
@@ -52,8 +60,9 @@ class FakeNvml:
     NVML_NVLINK_MAX_LINKS = NVML_NVLINK_MAX_LINKS
     NVMLError = NVMLError
 
-    def __init__(self, path: Path = READINGS) -> None:
-        self.gpus = json.loads(path.read_text())["gpus"]
+    def __init__(self, path: Path | dict[str, Any] = READINGS) -> None:
+        data = path if isinstance(path, dict) else json.loads(path.read_text())
+        self.gpus = data["gpus"]
         self.calls: Counter[tuple[str, int]] = Counter()
         self.initialised = 0
 
@@ -162,14 +171,16 @@ class FakeNvml:
         return int(corrected), int(uncorrected), int(pending), int(failed)
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int:
-        return int(self._fact(handle, "retired_pages_pending"))
+        pending = self._fact(handle, "retired_pages_pending")
+        return pynvml.NVML_FEATURE_ENABLED if pending else pynvml.NVML_FEATURE_DISABLED
 
     def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
-        return 1 if self._fact(handle, "nvlink", link) else 0
+        up = self._fact(handle, "nvlink", link) != pynvml.NVML_NVLINK_VERSION_INVALID
+        return pynvml.NVML_FEATURE_ENABLED if up else pynvml.NVML_FEATURE_DISABLED
 
     def nvmlDeviceGetNvLinkVersion(self, handle: int, link: int) -> int:
         version = int(self._fact(handle, "nvlink", link))
-        if not version:
+        if version == pynvml.NVML_NVLINK_VERSION_INVALID:
             raise NVMLError_NotSupported("link down")
         return version
 
@@ -183,7 +194,7 @@ API = [name for name in vars(FakeNvml) if name.startswith(("nvml", "NVML"))]
 
 # --- the link error counters of `workloads accept`'s errors check and `workloads health` -----
 # NVML's own counter names, taken from pynvml (nvmlNvLinkErrorCounter_t), never typed here.
-import pynvml as _pynvml  # noqa: E402
+_pynvml = pynvml
 
 NVLINK_COUNTERS = {
     _pynvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay",

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from tests.style.conftest import WeightsFile
+from tests.workloads.conftest import jax_only
 from workloads.cli import main
 from workloads.envinfo import cpu_bf16_flags
 from workloads.style import weights
@@ -199,7 +200,8 @@ def test_jax_backend_gives_the_same_losses(
     common = [*QUICK, "--iterations", "6", "--print-every", "3"]
     code, _, err = run_style(capsys, *common, "--output", str(tmp_path / "tf.png"))
     assert code == 0, err
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    # As on the first real GPU host: no TensorFlow, no lowered cost analysis (jax_only).
+    env = {**jax_only(dict(os.environ), tmp_path), "JAX_PLATFORMS": "cpu"}
     argv = [sys.executable, "-m", "workloads", "style", *common]
     done = subprocess.run(
         [*argv, "--output", str(tmp_path / "jax.png")],
@@ -214,6 +216,8 @@ def test_jax_backend_gives_the_same_losses(
     assert jax_totals[0] == pytest.approx(tf_totals[0], rel=1e-3)  # same weights, same noise
     assert jax_totals[-1] == pytest.approx(tf_totals[-1], rel=0.05)
     assert jax_totals[-1] < jax_totals[0]
+    assert "roofline_error" not in jax_record, jax_record["roofline_error"]
+    assert jax_record["flops_per_iteration"] > 0 and jax_record["flops_method"].startswith("xla")
 
 
 def test_bench_prints_rates_and_writes_a_record(

@@ -70,6 +70,31 @@ def without_frameworks(env: dict[str, str], folder: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
 
+NO_LOWERED_COST = (
+    "import jax.stages\n"
+    "jax.stages.Lowered.cost_analysis = lambda self: None  # as on JAX's GPU backends\n"
+)
+
+
+def jax_only(env: dict[str, str], folder: Path) -> dict[str, str]:
+    """``env`` for a host like the first real GPU machine: JAX, and no TensorFlow there.
+
+    Two things of that machine are reproduced: a package named ``tensorflow`` on
+    ``PYTHONPATH`` raises ``ModuleNotFoundError`` on import, as a missing package does;
+    and XLA's cost analysis of a *lowered* program answers ``None``, as JAX's GPU
+    backends do (the compiled program's analysis is left as it is), by a
+    ``sitecustomize`` that replaces ``jax.stages.Lowered.cost_analysis``.
+    """
+    shadow = folder / "jax-only"
+    (shadow / "tensorflow").mkdir(parents=True, exist_ok=True)
+    (shadow / "tensorflow" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'tensorflow'\", name='tensorflow')\n"
+    )
+    (shadow / "sitecustomize.py").write_text(NO_LOWERED_COST)
+    paths = [str(shadow), *filter(None, [env.get("PYTHONPATH")])]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths), "KERAS_BACKEND": "jax"}
+
+
 def run_cli(
     args: list[str], env: dict[str, str], timeout: int = 300
 ) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,7 @@
 """The battery's GPU path without a GPU: recorded NVML readings and recorded kernel figures.
 
-Five H100 SXM GPUs (``data/accept_nvml.json``: one healthy, then a link at x8, a
+Five H100 SXM GPUs (``nvml_boards.five_h100_one_fault_each``, built from pynvml's
+constants and pci.ids: one healthy, then a link at x8, a
 clock held at 700 MHz, a pending row remap, 12 of 18 NVLinks) and a measurement
 layer that returns figures an HGX H100 gives, one GPU's matmul 40 % low. The
 runner, the device-to-NVML mapping, the limits from the reference table, the
@@ -11,18 +12,18 @@ things that need hardware (NVML and the kernels) are recorded.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.host import nvml_boards
 from tests.host.fake_nvml import FakeNvml
 from workloads.accept import battery, checks, output
 from workloads.accept.kernels import Device
 from workloads.accept.verdicts import FAIL, PASS, Finding
 from workloads.hardware.reference import load
 
-READINGS = Path(__file__).parent / "data" / "accept_nvml.json"
+READINGS = nvml_boards.five_h100_one_fault_each()
 NAME = "NVIDIA H100 80GB HBM3"
 # TFLOP/s an H100 SXM reaches at 8192² (about 75 % of the datasheet on the tensor cores).
 MATMUL = {"float32": 52e12, "tensorfloat32": 370e12, "bfloat16": 740e12, "float16": 745e12}
@@ -32,6 +33,8 @@ class RecordedKernels:
     """The backend layer's interface with recorded figures of an HGX H100."""
 
     backend = "recorded"
+    transfer_pinned = True
+    transfer_method = "recorded figures of pinned copies"
 
     def devices(self) -> list[Device]:
         return [Device("GPU", i, NAME, f"/GPU:{i}", (9, 0)) for i in range(5)]

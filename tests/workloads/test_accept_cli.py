@@ -55,7 +55,7 @@ def _accept(tmp: Path, backend: str, *args: str) -> Run:
 
 @pytest.fixture(scope="module")
 def tensorflow_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return _accept(tmp_path_factory.mktemp("accept-tf"), "tensorflow")
+    return _accept(tmp_path_factory.mktemp("accept-tf"), "tensorflow", "--soak", "3")
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +69,11 @@ def jax_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         "membw",
         "transfer",
         "allreduce",
+        "p2p",
         "nvml",
         "dcgm",
+        "--soak",
+        "2",
     )
 
 
@@ -91,9 +94,11 @@ def test_the_cpu_battery_runs_every_check_and_exits_0(tensorflow_run: Run) -> No
         "membw",
         "transfer",
         "allreduce",
+        "p2p",
         "training",
         "nvml",
         "dcgm",
+        "soak",
         "host",
     }
     assert {f["verdict"] for f in record["findings"]} <= {"info", "skip", "pass", "warn"}
@@ -103,9 +108,12 @@ def test_the_cpu_battery_runs_every_check_and_exits_0(tensorflow_run: Run) -> No
         "membw",
         "transfer",
         "allreduce",
+        "p2p",
         "training",
         "dcgm",
+        "soak",
     }
+    assert record["profile"] == "standard" and record["soak_s"] == 3
     log = (run.path.parent / "records.jsonl").read_text().splitlines()
     assert json.loads(log[-1])["started_at"] == record["started_at"]
 
@@ -137,6 +145,21 @@ def test_the_allreduce_reports_nccl_tests_figures(tensorflow_run: Run) -> None:
     assert rows[-1]["item"] == "best busbw" and rows[-1]["value"] == max(r["value"] for r in sizes)
 
 
+def test_the_pair_matrix_runs_over_the_logical_cpu_devices(tensorflow_run: Run) -> None:
+    [row] = _rows(tensorflow_run, "p2p")
+    d = row["details"]
+    assert row["device"] == "CPU devices ×2" and row["verdict"] == "info"
+    assert d["labels"] == ["CPU device 0", "CPU device 1"]
+    assert d["gbps"][0][0] is None and d["gbps"][0][1] > 0 and d["gbps"][1][0] > 0
+    assert "p2p: GB/s, from row to column" in tensorflow_run.result.stdout
+
+
+def test_the_soak_checks_every_product(tensorflow_run: Run) -> None:
+    [row] = _rows(tensorflow_run, "soak")
+    assert row["verdict"] == "pass" and row["device"] == "CPU"
+    assert row["details"]["iterations"] > 1 and row["details"]["mismatches"] == 0
+
+
 def test_the_training_row_states_its_mfu_and_peak(tensorflow_run: Run) -> None:
     [row] = _rows(tensorflow_run, "training")
     d = row["details"]
@@ -164,9 +187,15 @@ def test_the_same_battery_runs_on_jax(jax_run: Run) -> None:
         "membw",
         "transfer",
         "allreduce",
+        "p2p",
         "nvml",
         "dcgm",
+        "soak",
     ]
+    [pairs] = _rows(run, "p2p")
+    assert pairs["details"]["gbps"][1][0] > 0
+    [soaked] = _rows(run, "soak")
+    assert soaked["verdict"] == "pass" and soaked["details"]["iterations"] > 1
     assert all(r["value"] > 0 for r in _rows(run, "matmul"))
     sizes = [r for r in _rows(run, "allreduce") if r["item"].endswith("MiB")]
     assert sizes and all(r["details"]["ranks"] == 2 for r in sizes)

@@ -30,7 +30,9 @@ def test_every_figure_names_a_document_with_a_date() -> None:
         assert re.fullmatch(r"\d{4}-\d{2}", doc["checked"]), key
     used = set()
     for gpu in data["gpus"]:
-        figures = [*gpu["matmul_tflops"].values(), gpu["memory_gbps"]]
+        figures = [*gpu["matmul_tflops"].values()]
+        if gpu["memory_gbps"] is not None:
+            figures.append(gpu["memory_gbps"])
         if "nvlink" in gpu:
             figures.append(gpu["nvlink"])
         for figure in figures:
@@ -40,6 +42,12 @@ def test_every_figure_names_a_document_with_a_date() -> None:
     for table in ("pcie_lane_gbps", "nvlink_link_gbps"):
         assert data[table]["source"] in documents
         used.add(data[table]["source"])
+    for threshold in data["thresholds"].values():
+        assert threshold["documents"], threshold
+        assert set(threshold["documents"]) <= set(documents), threshold
+        used.update(threshold["documents"])
+    assert data["pci_device_ids_source"] in documents
+    used.add(data["pci_device_ids_source"])
     assert used == set(documents)  # no document cited by nothing
 
 
@@ -83,13 +91,17 @@ def test_a_figure_without_a_source_is_refused() -> None:
         (0x2330, "H100 SXM5 80GB"),
         (0x2331, "H100 PCIe 80GB"),
         (0x2335, "H200 SXM 141GB"),
-        (0x2901, "B200 (HGX, 1000 W)"),
+        (0x2901, "B200 (HGX B200)"),
+        (0x2909, "B200 (HGX B200)"),
+        (0x20B1, "A100 PCIe 40GB"),
+        (0x2339, "H100 SXM5 64GB/94GB/96GB"),
     ],
 )
 def test_the_gpus_asked_for_are_in_the_table(device_id: int, model: str) -> None:
     found = load().model_for(device_id)
     assert found is not None and found.model == model
-    assert found.matmul_tflops["float32"].value > 0 and found.memory_gbps.value > 0
+    assert found.matmul_tflops["float32"].value > 0
+    assert found.memory_gbps is None or found.memory_gbps.value > 0
 
 
 def test_dense_peaks_are_ordered_as_the_hardware_is() -> None:
@@ -147,3 +159,99 @@ def test_the_table_ships_in_the_package() -> None:
 def test_visible_gpus_map_to_nvml_indices(visible: str | None, expected: list[int]) -> None:
     gpus = [{"index": i, "uuid": f"GPU-{c * 4}-0"} for i, c in enumerate("abcd")]
     assert identify.visible_nvml_indices(visible, gpus) == expected
+
+
+# --- every shipping variant the PCI ID repository names ------------------------------------
+
+PCI_IDS = Path("/usr/share/misc/pci.ids")  # Debian's pci.ids package (install-test-deps.sh)
+NVIDIA = "10de"
+
+
+def nvidia_devices(text: str) -> dict[int, str]:
+    """NVIDIA's device IDs and names from the PCI ID repository's file format.
+
+    A vendor line is ``10de  NVIDIA Corporation``; its devices follow as one tab, four hex
+    digits, two spaces and the name; subsystem lines (two tabs) and comments are skipped;
+    the next vendor line ends the section.
+    """
+    devices: dict[int, str] = {}
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if not line.startswith("\t"):
+            inside = line.startswith(f"{NVIDIA}  ")
+            continue
+        match = re.fullmatch(r"\t([0-9a-f]{4})  (.+)", line)
+        if inside and match:
+            devices[int(match[1], 16)] = match[2]
+    return devices
+
+
+def families() -> set[str]:
+    """The GPU families the table models: the first word of each model, ``Tesla`` dropped."""
+    return {gpu.model.removeprefix("Tesla ").split()[0] for gpu in load().gpus}
+
+
+def variants(devices: dict[int, str], known: set[str]) -> dict[int, str]:
+    """Devices the repository names as a sized variant of a modelled family.
+
+    A variant's product name (in brackets) is the family, a space, and ends with its
+    memory size: ``[H100 SXM5 64GB]``, ``[Tesla V100 DGXS 16GB]``, ``[HGX B200 168GB]``.
+    Board codes joined by hyphens (``[A100-PG506-207]``) and other parts that share a
+    prefix (``[A100X]``, ``[H100L 94GB]`` is the H100 NVL, modelled by its own entry) are
+    not variants by this rule.
+    """
+    found = {}
+    for device_id, name in devices.items():
+        bracket = re.search(r"\[(.*)\]", name)
+        if not bracket:
+            continue
+        product = re.sub(r"^(Tesla|HGX) ", "", bracket[1])
+        family = product.split(" ", 1)[0]
+        if family in known and " " in product and re.search(r" \d+ ?GB$", product):
+            found[device_id] = name
+    return found
+
+
+def test_the_pci_ids_file_is_the_one_the_setup_installs() -> None:
+    text = PCI_IDS.read_text(errors="replace")
+    version = re.search(r"^#\s+Version: (\S+)", text, re.M)
+    assert version, "no Version line: not the PCI ID repository's file"
+    assert 0x2335 in nvidia_devices(text), (
+        f"{PCI_IDS} (version {version[1]}) predates the H200: run scripts/install-test-deps.sh"
+    )
+
+
+def test_every_variant_the_pci_id_repository_names_is_in_the_table() -> None:
+    devices = nvidia_devices(PCI_IDS.read_text(errors="replace"))
+    table = load()
+    missing = {
+        f"{device_id:#06x}": name
+        for device_id, name in variants(devices, families()).items()
+        if table.model_for(device_id) is None
+    }
+    assert missing == {}
+
+
+def test_every_id_in_the_table_is_named_as_its_family_by_the_repository() -> None:
+    devices = nvidia_devices(PCI_IDS.read_text(errors="replace"))
+    for gpu in load().gpus:
+        family = gpu.model.removeprefix("Tesla ").split()[0]
+        for device_id in gpu.pci_device_ids:
+            assert device_id in devices, (gpu.model, hex(device_id))
+            assert family in devices[device_id], (gpu.model, hex(device_id), devices[device_id])
+
+
+def test_the_variant_rule_on_the_repository_s_own_lines() -> None:
+    """The parser and the rule, on lines in the file's format (tabs, two spaces)."""
+    text = (
+        "# comment\n10de  NVIDIA Corporation\n"
+        "\t2337  GH100 [H100 SXM5 64GB]\n\t\t10de 16c1  H100 SXM5 64GB\n"
+        "\t20f0  GA100 [A100-PG506-207]\n\t20b8  GA100 [A100X]\n"
+        "\t1db7  GV100GL [Tesla V100 DGXS 32GB]\n\t2909  GB100 [HGX B200 168GB]\n"
+        "\t2331  GH100 [H100 PCIe]\n10df  Emulex Corporation\n\t2338  Not NVIDIA 96GB\n"
+    )
+    devices = nvidia_devices(text)
+    assert set(devices) == {0x2337, 0x20F0, 0x20B8, 0x1DB7, 0x2909, 0x2331}
+    assert set(variants(devices, {"H100", "A100", "V100", "B200"})) == {0x2337, 0x1DB7, 0x2909}

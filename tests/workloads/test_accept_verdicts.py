@@ -15,10 +15,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pynvml
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.host import nvml_boards
 from tests.host.fake_nvml import FakeNvml
 from tests.workloads.conftest import REPO
 from workloads.accept import checks, dcgm, verdicts
@@ -28,7 +30,7 @@ from workloads.accept.verdicts import FAIL, INFO, PASS, SKIP, WARN, Finding
 from workloads.hardware.nvml import GpuFacts, GpuWatch, Watcher
 from workloads.hardware.reference import GpuModel, load
 
-READINGS = Path(__file__).parent / "data" / "accept_nvml.json"
+READINGS = nvml_boards.five_h100_one_fault_each()
 
 
 def _model(device_id: int | None) -> GpuModel:
@@ -51,7 +53,8 @@ def test_the_reader_takes_every_fact_from_nvml(watched: list[GpuWatch]) -> None:
     assert facts.pci_device_id == 0x2330 and facts.name == "NVIDIA H100 80GB HBM3"
     assert (facts.pcie_max_generation, facts.pcie_max_width) == (5, 16)
     assert facts.max_sm_clock_mhz == 1980 and facts.power_limit_w == 700
-    assert facts.nvlink_active == 18 and set(facts.nvlink_versions) == {4}
+    assert facts.nvlink_active == 18
+    assert set(facts.nvlink_versions) == {pynvml.NVML_NVLINK_VERSION_4_0}
     assert facts.remapped_rows == (0, 0, False, False)
     assert [s.pcie_generation for s in watched[0].samples] == [1, 5, 5]
     assert _model(facts.pci_device_id).model == "H100 SXM5 80GB"
@@ -67,7 +70,7 @@ def test_a_healthy_gpu_passes_every_nvml_rule(watched: list[GpuWatch]) -> None:
     assert throttle.verdict == PASS
     assert "software power cap (as designed under full load)" in throttle.reason
     assert verdicts.memory_errors("GPU 0", gpu).verdict == PASS
-    link_row = verdicts.nvlink("GPU 0", gpu, _model(gpu.facts.pci_device_id).nvlink)
+    link_row = verdicts.nvlink("GPU 0", gpu, _model(gpu.facts.pci_device_id).nvlink, 5)
     assert link_row is not None and link_row.verdict == PASS
 
 
@@ -153,13 +156,15 @@ def test_memory_error_rules(changes: dict[str, object], verdict: str, fragment: 
 
 def test_missing_nvlinks_fail(watched: list[GpuWatch]) -> None:
     spec = _model(0x2330).nvlink
-    finding = verdicts.nvlink("GPU 4", watched[4], spec)
+    finding = verdicts.nvlink("GPU 4", watched[4], spec, 5)
     assert finding is not None and finding.verdict == FAIL
     assert "12 of 18 NVLinks active" in finding.reason
-    down = verdicts.nvlink("GPU 0", GpuWatch(_facts(nvlink_active=0, nvlink_versions=())), spec)
+    down = verdicts.nvlink(
+        "GPU 0", GpuWatch(_facts(nvlink_active=0, nvlink_versions=())), spec, 8
+    )
     assert down is not None and down.verdict == FAIL and "falls back to PCIe" in down.reason
     bridged = _model(0x2331).nvlink  # H100 PCIe: a bridge that may be absent
-    assert verdicts.nvlink("GPU 0", GpuWatch(_facts(nvlink_active=0)), bridged) is None
+    assert verdicts.nvlink("GPU 0", GpuWatch(_facts(nvlink_active=0)), bridged, 8) is None
 
 
 def test_a_slot_that_limits_the_generation_warns() -> None:

@@ -15,15 +15,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workloads import busy
-from workloads.accept import checks, dcgm, errors, verdicts
+from workloads.accept import checks, dcgm, errors, p2p, soak, verdicts
 from workloads.accept.checks import Sizes, Target
 from workloads.accept.verdicts import SKIP, Finding
 from workloads.hardware import identify
 from workloads.hardware.nvml import GpuWatch, Watcher, open_nvml
 from workloads.hardware.reference import Reference
 
-CHECKS = ("matmul", "membw", "transfer", "allreduce", "training", "nvml", "errors", "dcgm")
-MEASURED = ("matmul", "membw", "transfer", "allreduce", "training")
+CHECKS = (
+    "matmul",
+    "membw",
+    "transfer",
+    "allreduce",
+    "p2p",
+    "training",
+    "nvml",
+    "errors",
+    "dcgm",
+    "soak",
+)
+MEASURED = ("matmul", "membw", "transfer", "allreduce", "p2p", "training", "soak")
+# Not in the default battery: it runs only for as long as it is asked to (--soak, deep).
+ON_REQUEST = ("soak",)
 
 
 @dataclass
@@ -98,6 +111,7 @@ def run(
     progress: Progress,
     nvml: Any = None,
     kernels: Any = None,
+    soak_seconds: float = 0.0,
 ) -> Outcome:
     """Run the ``selected`` checks; returns their findings.
 
@@ -133,8 +147,19 @@ def run(
             for name in measured:
                 assert kernels is not None
                 start = time.perf_counter()
-                with progress.check(name, _steps(name, targets, size)) as tick:
-                    findings += _measure(name, kernels, targets, size, reference, tick)
+                with progress.check(name, _steps(name, kernels, targets, size)) as tick:
+                    if name == "soak":
+                        findings += soak.check_soak(
+                            kernels,
+                            targets,
+                            size,
+                            soak_seconds,
+                            reference,
+                            tick,
+                            watcher.now if watcher is not None else None,
+                        )
+                    else:
+                        findings += _measure(name, kernels, targets, size, reference, tick)
                 durations[name] = time.perf_counter() - start
         others = busy.others_share(token[0], busy.cpu_times())
         if "nvml" in selected:
@@ -178,16 +203,22 @@ def _measure(
         return checks.check_transfer(kernels, targets, size, reference, tick)
     if name == "allreduce":
         return checks.check_allreduce(kernels, targets, size, reference, tick)
+    if name == "p2p":
+        return p2p.check_p2p(kernels, targets, size, reference, tick)
     return checks.check_training(targets, size, reference, tick)
 
 
-def _steps(name: str, targets: list[Target], size: Sizes) -> int:
+def _steps(name: str, kernels: Any, targets: list[Target], size: Sizes) -> int:
+    if name == "p2p":
+        count = len(kernels.peer_devices())
+        return max(1, count * (count - 1))
     return {
         "matmul": sum(len(checks.matmul_dtypes(t)) for t in targets),
         "membw": len(targets),
         "transfer": 2 * len(targets),
         "allreduce": len(size.allreduce_bytes),
         "training": 1,
+        "soak": 1,
     }[name]
 
 
@@ -257,7 +288,9 @@ def nvml_findings(
         findings.append(verdicts.clocks(label, watch, reference.thresholds["clocks"]))
         findings.append(verdicts.throttle(label, watch))
         findings.append(verdicts.memory_errors(label, watch))
-        link = verdicts.nvlink(label, watch, model.nvlink if model else None)
+        link = verdicts.nvlink(
+            label, watch, model.nvlink if model else None, visible_gpus=len(watcher.gpus)
+        )
         if link is not None:
             findings.append(link)
     return findings

@@ -15,8 +15,8 @@ from typing import Any
 
 from workloads.accept import verdicts
 from workloads.accept.kernels import Device, Kernels, matmul_rate
-from workloads.accept.verdicts import INFO, SKIP, Finding
-from workloads.hardware.nvml import GpuWatch
+from workloads.accept.verdicts import INFO, SKIP, WARN, Finding
+from workloads.hardware.nvml import GpuWatch, nvlink_version
 from workloads.hardware.reference import GpuModel, Reference
 
 MIB = 1 << 20
@@ -40,10 +40,22 @@ class Sizes:
     train_batch: int
     train_steps: int
     cpu_devices: int
+    p2p_bytes: int = 0  # each ordered pair's copy
+    p2p_repeats: int = 0
+    soak_matrix: int = 0  # the soak's square matmul
 
 
 def sizes(on_gpu: bool, quick: bool) -> Sizes:
     """The sizes for a GPU or CPU host, full or ``--quick``."""
+    base = _sizes(on_gpu, quick)
+    if on_gpu:  # nvbandwidth copies 512 MiB per pair; 256 MiB is past the copy engines' ramp
+        return replace(
+            base, p2p_bytes=(32 if quick else 256) * MIB, p2p_repeats=3, soak_matrix=8192
+        )
+    return replace(base, p2p_bytes=(4 if quick else 16) * MIB, p2p_repeats=3, soak_matrix=512)
+
+
+def _sizes(on_gpu: bool, quick: bool) -> Sizes:
     from workloads.roofline import PEAK_MATRIX
 
     if on_gpu and not quick:
@@ -196,6 +208,7 @@ def check_membw(
         )
         item = f"copy {size.membw_bytes // MIB} MiB"
         model = target.model
+        figure = model.memory_gbps if model else None
         findings.append(
             verdicts.against_limit(
                 "membw",
@@ -203,13 +216,13 @@ def check_membw(
                 item,
                 rate / 1e9,
                 "GB/s",
-                model.memory_gbps.value if model else None,
+                figure.value if figure else None,
                 reference.thresholds["membw"],
-                datasheet_source(model, model.memory_gbps.source, reference) if model else None,
+                datasheet_source(model, figure.source, reference) if model and figure else None,
                 no_limit_reason=(
                     "no datasheet figure for CPU memory: figure only"
                     if target.device.kind == "CPU"
-                    else "no datasheet figure for this GPU: figure only"
+                    else "no datasheet figure for this GPU's memory: figure only"
                 ),
             )
         )
@@ -249,19 +262,36 @@ def check_transfer(
             rate = kernels.transfer_rate(
                 target.device, size.transfer_bytes, size.transfer_repeats, to_device
             )
-            findings.append(
-                verdicts.against_limit(
-                    "transfer",
-                    target.label,
-                    f"{item} {size.transfer_bytes // MIB} MiB",
-                    rate / 1e9,
-                    "GB/s",
-                    limit,
-                    reference.thresholds["transfer"],
-                    source,
-                    no_limit_reason="NVML gives no PCIe link figures for this GPU: figure only",
+            what = f"{item} {size.transfer_bytes // MIB} MiB"
+            details = {"method": kernels.transfer_method}
+            if not kernels.transfer_pinned:
+                findings.append(
+                    Finding(
+                        "transfer",
+                        target.label,
+                        what,
+                        WARN,
+                        f"{rate / 1e9:,.1f} GB/s from pageable host memory: the driver's "
+                        "staging, not the link, so not judged; install cuda-bindings "
+                        "(requirements/) to measure from pinned memory",
+                        rate / 1e9,
+                        "GB/s",
+                        details=details,
+                    )
                 )
+                continue
+            finding = verdicts.against_limit(
+                "transfer",
+                target.label,
+                what,
+                rate / 1e9,
+                "GB/s",
+                limit,
+                reference.thresholds["transfer"],
+                source,
+                no_limit_reason="NVML gives no PCIe link figures for this GPU: figure only",
             )
+            findings.append(replace(finding, details=details))
     return findings
 
 
@@ -272,7 +302,10 @@ def interconnect_limit(
 
     NVLink when every GPU has links up and the board joins them all (SXM boards with
     NVSwitch or a mesh; bridged PCIe cards only as a pair); otherwise PCIe, at the
-    slowest link's generation × width.
+    slowest link's generation × width. A GPU's NVLink rate is its active links × the
+    per-link rate of its board's NVLink generation (the reference table); for a GPU
+    not in the table, of the generation NVML reports (the major of its
+    ``nvmlNvlinkVersion_t``). Neither known: no limit, and the row says why.
     """
     watches = [t.watch for t in targets]
     if not targets or any(w is None for w in watches):
@@ -284,19 +317,21 @@ def interconnect_limit(
         or len(targets) == 2
     )
     if all(active) and joined:
-        per_rank = []
-        for w in watches:
-            assert w is not None
-            versions = w.facts.nvlink_versions or (0,)
-            per_rank.append(
-                (w.facts.nvlink_active or 0) * reference.nvlink_link_gbps.get(min(versions), 0)
-            )
-        limit = min(per_rank)
+        per_rank = [_nvlink_rate(t, reference) for t in targets]
+        generations = sorted({g for _, g in per_rank if g is not None})
         links = min(active)
-        version = min(min(w.facts.nvlink_versions or (0,)) for w in watches if w is not None)
+        if any(rate is None for rate, _ in per_rank):
+            return (
+                None,
+                f"NVLink × {links} links per GPU, generation unknown (not in the table, and "
+                "NVML names no version)",
+                "allreduce_nvlink",
+            )
+        limit = min(rate for rate, _ in per_rank if rate is not None)
+        generation = "/".join(str(g) for g in generations)
         return (
-            limit or None,
-            f"NVLink {version} × {links} links per GPU {reference.ref(reference.nvlink_source)}",
+            limit,
+            f"NVLink {generation} × {links} links per GPU {reference.ref(reference.nvlink_source)}",
             "allreduce_nvlink",
         )
     rates = [
@@ -312,6 +347,19 @@ def interconnect_limit(
         f"PCIe, the slowest GPU link {reference.ref(reference.pcie_source)}",
         "allreduce_pcie",
     )
+
+
+def _nvlink_rate(target: Target, reference: Reference) -> tuple[float | None, int | None]:
+    """(per-direction GB/s of this GPU's active NVLinks, the generation it was taken at)."""
+    assert target.watch is not None
+    facts = target.watch.facts
+    model = target.model
+    generation = model.nvlink.generation if model is not None and model.nvlink else None
+    if generation is None:
+        decoded = [nvlink_version(v) for v in facts.nvlink_versions]
+        majors = [v[0] for v in decoded if v is not None]
+        generation = min(majors) if majors else None
+    return reference.nvlink_gbps(generation, facts.nvlink_active), generation
 
 
 def check_allreduce(

@@ -9,12 +9,20 @@ can train to, its NVLinks), each with a verdict and a reason:
   transfer   host-to-device and device-to-host copies per GPU, against the PCIe link
   allreduce  sum all-reduce over all local devices, 1 MiB to 1 GiB, algbw and busbw
              as nccl-tests defines them, against NVLink or PCIe
+  p2p        a copy between every ordered pair of GPUs (the copy engines, as
+             nvbandwidth), each pair against its NVLink or PCIe limit: names a bad link
   training   ResNet50V2 at 128 px, mixed precision (the tutorial CNN on a CPU), MFU
   nvml       per GPU under the battery's load: PCIe link, SM clock, throttle reasons,
              power and temperature, ECC and remapped rows, NVLinks
   errors     XID and SXid events since boot (kernel log) with NVIDIA's action for each,
              NVLink replay/recovery/CRC and PCIe replay counters, PCIe AER counters
   dcgm       DCGM's `dcgmi diag -r LEVEL` verdict, where DCGM is installed
+  soak       only with --soak SECONDS or --profile deep: every GPU repeats the same
+             matmul, each product compared with its first and with its siblings'
+             (silent data corruption), and the clock watched as the card heats
+
+Profiles: standard (the default: the battery, DCGM level 1, no soak) and deep (DCGM
+level 3 and a 300 s soak; --level and --soak still override it).
 
 Verdicts: pass, warn, fail against a limit; info for a figure without one (a CPU, a
 GPU not in the table); skip for a check that does not apply. Exit 0 when nothing
@@ -39,7 +47,11 @@ examples:
   workloads accept --quick                 every check, smaller sizes (CI, a first look)
   workloads accept --only matmul membw     just these checks
   workloads accept --level 2 --json        DCGM's medium diagnostic, the record on stdout
+  workloads accept --soak 120              the battery, then two minutes of checked matmuls
+  workloads accept --profile deep          DCGM level 3 and a 300 s soak (new hosts, RMAs)
 """
+
+PROFILES = {"standard": {"level": 1, "soak": 0.0}, "deep": {"level": 3, "soak": 300.0}}
 
 
 def register(sub: Any) -> None:
@@ -68,8 +80,23 @@ def register(sub: Any) -> None:
         "--level",
         type=int,
         choices=(1, 2, 3, 4),
-        default=1,
-        help="DCGM diagnostic level for `dcgmi diag -r` (default: 1, seconds)",
+        default=None,
+        help="DCGM diagnostic level for `dcgmi diag -r` (default: the profile's; standard 1, "
+        "seconds; deep 3, about 15 minutes)",
+    )
+    parser.add_argument(
+        "--soak",
+        type=soak_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="after the battery, every GPU repeats one matmul this long and each product "
+        "is checked (default: the profile's; standard 0, deep 300)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=tuple(PROFILES),
+        default="standard",
+        help="standard (default) or deep: DCGM level 3 and a 300 s soak",
     )
     parser.add_argument(
         "--output", metavar="PATH", help="record path (default: results/accept-HOST-TIME.json)"
@@ -80,12 +107,26 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def selected_checks(only: list[str] | None) -> list[str]:
-    """The checks to run, in battery order; an unknown name is bad input, with a suggestion."""
-    from workloads.accept.battery import CHECKS
+def soak_seconds(text: str) -> float:
+    """``--soak``: seconds, 0 (none) up to a day; anything else is one line of bad input."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of seconds") from None
+    if not 0 <= value <= 86_400 or value != value:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: give 0 to 86400 seconds")
+    return value
+
+
+def selected_checks(only: list[str] | None, soak: float = 0.0) -> list[str]:
+    """The checks to run, in battery order; an unknown name is bad input, with a suggestion.
+
+    The soak runs when it is given time (``--soak``, the deep profile), and only then.
+    """
+    from workloads.accept.battery import CHECKS, ON_REQUEST
 
     if not only:
-        return list(CHECKS)
+        return [c for c in CHECKS if c not in ON_REQUEST or (c == "soak" and soak > 0)]
     names = [n.strip().lower() for item in only for n in item.split(",") if n.strip()]
     if not names:
         raise WorkloadError("--only names no check", f"choose from {', '.join(CHECKS)}")
@@ -96,6 +137,12 @@ def selected_checks(only: list[str] | None) -> list[str]:
             raise WorkloadError(
                 f"unknown check '{name[:40]}'", f"{hint}choose from {', '.join(CHECKS)}"
             )
+    if "soak" in names and soak <= 0:
+        raise WorkloadError(
+            "--only soak without soak time", "add --soak SECONDS, or --profile deep"
+        )
+    if soak > 0:
+        names.append("soak")
     return [c for c in CHECKS if c in names]
 
 
@@ -104,7 +151,10 @@ def run(args: argparse.Namespace) -> int:
 
     from workloads.records import default_output, ensure_writable, new_record, write_record
 
-    only = selected_checks(args.only)
+    profile = PROFILES[args.profile]
+    level = args.level if args.level is not None else int(profile["level"])
+    soak = args.soak if args.soak is not None else float(profile["soak"])
+    only = selected_checks(args.only, soak)
     output = ensure_writable(
         Path(args.output) if args.output else default_output("accept", platform.node() or "host")
     )
@@ -126,9 +176,16 @@ def run(args: argparse.Namespace) -> int:
 
     record = new_record("accept")
     outcome = battery.run(
-        only, args.quick, args.level, backend, load(), battery.Progress(enabled=not args.json)
+        only,
+        args.quick,
+        level,
+        backend,
+        load(),
+        battery.Progress(enabled=not args.json),
+        soak_seconds=soak,
     )
-    record.update(out.record_fields(outcome, args.quick, only, args.level))
+    record.update(out.record_fields(outcome, args.quick, only, level))
+    record.update(profile=args.profile, soak_s=soak)
     record["reference_documents"] = load().documents  # what the rows' [key, date] refer to
     record["env"] = collect_env()
     record["status"] = "done"

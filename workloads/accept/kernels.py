@@ -22,7 +22,7 @@ from typing import Any, Protocol
 class Device:
     """A device the battery measures: a GPU or the host CPU."""
 
-    kind: str  # "GPU" or "CPU"
+    kind: str  # "GPU", "CPU", or "CPU device" (one of the host's logical CPU devices)
     index: int  # the framework's index
     name: str  # as the framework (and NVML) names it
     handle: Any  # what the backend places work with ("/GPU:0", a jax.Device)
@@ -30,7 +30,9 @@ class Device:
 
     @property
     def label(self) -> str:
-        return f"GPU {self.index}" if self.kind == "GPU" else "CPU"
+        if self.kind == "CPU":
+            return "CPU"
+        return f"{self.kind} {self.index}"
 
 
 class Kernels(Protocol):
@@ -58,9 +60,46 @@ class Kernels(Protocol):
         """Best bytes/s of a host→device (or device→host) copy of ``nbytes``."""
         ...
 
+    @property
+    def transfer_pinned(self) -> bool:
+        """Whether ``transfer_rate`` copies from pinned host memory (the link's own rate)."""
+        ...
+
+    @property
+    def transfer_method(self) -> str:
+        """How ``transfer_rate`` copies, in words, for the record."""
+        ...
+
     def allreduce_time(self, nbytes: int, iterations: int) -> float:
         """Seconds per sum all-reduce of ``nbytes`` per rank across the collective devices."""
         ...
+
+    def peer_devices(self) -> list[Device]:
+        """The devices copied between pairwise: the GPUs, else the logical CPU devices."""
+        ...
+
+    def peer_rate(
+        self, source: Device, target: Device, nbytes: int, repeats: int
+    ) -> tuple[float, bool | None]:
+        """(best bytes/s of copies ``source`` → ``target``, direct peer access or None: unknown).
+
+        GPUs: the copy engines through cuda-bindings where it can be used (as nvbandwidth),
+        else the framework's own device-to-device copy.
+        """
+        ...
+
+    def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
+        """Every device computes the same matmul over and over for ``seconds``; the checksums."""
+        ...
+
+
+@dataclass
+class SoakRun:
+    """What the soak saw: per device, one checksum per iteration (the bits of each product)."""
+
+    checksums: dict[str, list[int]]  # device label -> checksum of each iteration's product
+    seconds: float
+    size: int
 
 
 def matmul_rate(

@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from workloads.accept.kernels import Device, best_rate
+from workloads.accept.kernels import Device, SoakRun, best_rate
+from workloads.hardware.copy_engine import CopyEngine, process_engine
 
 FLOAT32_BYTES = 4
 
@@ -66,6 +67,99 @@ class TensorFlowKernels:
             return best_rate(run, 2 * nbytes * repeats, rounds)
 
     def transfer_rate(self, device: Device, nbytes: int, repeats: int, to_device: bool) -> float:
+        """Copies between pinned host memory and the GPU on its copy engines (cuda-bindings).
+
+        TensorFlow exposes no pinned host buffer to copy from: a tensor made from NumPy
+        is pageable, and a pageable copy measures the driver's staging, not the link.
+        The CUDA driver API does what nvbandwidth does, in TensorFlow's own primary
+        context (:mod:`workloads.hardware.copy_engine`). Without cuda-bindings the copy is
+        TensorFlow's own, from pageable memory, and ``transfer_pinned`` says so.
+        """
+        engine = self._copy_engine()
+        if engine is not None:
+            measure = engine.host_to_device if to_device else engine.device_to_host
+            return measure(device.index, nbytes, repeats)
+        return self._pageable_rate(device, nbytes, repeats, to_device)
+
+    @property
+    def transfer_pinned(self) -> bool:
+        return self._copy_engine() is not None
+
+    @property
+    def transfer_method(self) -> str:
+        if self.transfer_pinned:
+            return "pinned host memory, CUDA copy engines (cuda-bindings), as nvbandwidth"
+        return "TensorFlow's copies from pageable host memory (cuda-bindings not usable here)"
+
+    def _copy_engine(self) -> CopyEngine | None:
+        return process_engine() if self.gpus else None
+
+    def peer_devices(self) -> list[Device]:
+        if self.gpus:
+            return self.devices()
+        names = [d.name for d in self.tf.config.list_logical_devices("CPU")]
+        return [Device("CPU device", i, "CPU", name) for i, name in enumerate(names)]
+
+    def peer_rate(
+        self, source: Device, target: Device, nbytes: int, repeats: int
+    ) -> tuple[float, bool | None]:
+        engine = self._copy_engine() if source.kind == "GPU" else None
+        if engine is not None:
+            rate, direct = engine.peer(source.index, target.index, nbytes, repeats)
+            return rate, direct
+        tf = self.tf
+        with tf.device(source.handle):
+            x = tf.ones([nbytes // FLOAT32_BYTES], tf.float32)
+
+        def copy() -> Callable[[], object]:
+            with tf.device(target.handle):
+                y = tf.identity(x)
+            return lambda: float(y[0])
+
+        copy()()  # warm-up
+        return best_rate(copy, nbytes, repeats), None
+
+    def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
+        """The same seeded ``size``² float32 matmul on every device, again and again.
+
+        Each product's checksum is the sum of its bits read as int32, summed in int64
+        (exact, so independent of the reduction's order), and of those bits times their
+        position; every device's step is dispatched before any result is read.
+        """
+        import time
+
+        import numpy as np
+
+        tf = self.tf
+        rng = np.random.default_rng(0)
+        a_host = rng.standard_normal((size, size), dtype=np.float32)
+        b_host = rng.standard_normal((size, size), dtype=np.float32)
+
+        @tf.function(jit_compile=False)
+        def step(a: Any, b: Any) -> Any:
+            bits = tf.cast(tf.reshape(tf.bitcast(tf.matmul(a, b), tf.int32), [-1]), tf.int64)
+            where = tf.range(tf.size(bits, out_type=tf.int64), dtype=tf.int64)
+            return tf.stack([tf.reduce_sum(bits), tf.reduce_sum(bits * where)])
+
+        operands = []
+        for device in devices:
+            with tf.device(device.handle):
+                operands.append((tf.identity(a_host), tf.identity(b_host)))
+        checksums: dict[str, list[int]] = {d.label: [] for d in devices}
+        start = time.perf_counter()
+        while True:
+            pending = []
+            for device, (a, b) in zip(devices, operands, strict=True):
+                with tf.device(device.handle):
+                    pending.append(step(a, b))
+            for device, result in zip(devices, pending, strict=True):
+                low, high = (int(v) & (2**64 - 1) for v in result.numpy())
+                checksums[device.label].append(high << 64 | low)
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                return SoakRun(checksums, elapsed, size)
+
+    def _pageable_rate(self, device: Device, nbytes: int, repeats: int, to_device: bool) -> float:
         import numpy as np
 
         tf = self.tf

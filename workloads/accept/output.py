@@ -62,6 +62,9 @@ def print_table(outcome: Outcome, title: str) -> None:
         console.print(_table(outcome, title))
     else:
         _lines(console, outcome, title)
+    for finding in outcome.findings:
+        if finding.check == "p2p" and finding.details.get("gbps"):
+            console.print(p2p_matrix(finding))
     verdict = overall(outcome.findings)
     failed = sum(1 for f in outcome.findings if f.verdict == FAIL)
     warned = sum(1 for f in outcome.findings if f.verdict == WARN)
@@ -122,3 +125,31 @@ def _lines(console: Any, outcome: Outcome, title: str) -> None:
             f"{escape(f.item)}{escape(figure)}"
         )
         console.print(Padding(Text(f.reason, style="dim"), (0, 0, 0, 6)))
+
+
+def p2p_matrix(summary: Finding) -> Any:
+    """The GPU-pair matrix as a table: GB/s from each row's GPU to each column's.
+
+    A pair below its warn line is coloured as its verdict; ``*`` marks a pair the driver
+    copied through host memory (no direct peer access).
+    """
+    from rich.table import Table
+
+    details = summary.details
+    labels: list[str] = details["labels"]
+    table = Table(title=f"p2p: GB/s, from row to column ({details.get('method', '')})")
+    table.add_column("from \\ to")
+    for label in labels:
+        table.add_column(label, justify="right")
+    for i, source in enumerate(labels):
+        cells = []
+        for j, _ in enumerate(labels):
+            value = details["gbps"][i][j]
+            if value is None:
+                cells.append("-")
+                continue
+            style = STYLE.get(details["verdict"][i][j] or "info", "")
+            mark = "*" if details["direct"][i][j] is False else ""
+            cells.append(f"[{style}]{value:,.0f}{mark}[/]")
+        table.add_row(source, *cells)
+    return table

@@ -19,7 +19,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from workloads.hardware.nvml import REASON_NAMES, GpuWatch
+import pynvml
+
+from workloads.hardware.nvml import REASON_NAMES, GpuWatch, nvlink_version, nvlink_version_text
 from workloads.hardware.reference import NvLinkSpec, Threshold
 
 PASS, WARN, FAIL, INFO, SKIP = "pass", "warn", "fail", "info", "skip"
@@ -32,12 +34,20 @@ HINTS = {
     "transfer": "look at the PCIe link row, the slot or riser, and the NUMA node of the process",
     "allreduce": "look at the NVLink rows, Fabric Manager and NCCL's P2P settings (NCCL_P2P_LEVEL)",
     "training": "compare with the matmul rows: a low matmul peak explains a low MFU",
+    "p2p": "look at `nvidia-smi topo -m` and the NVLink rows of both GPUs",
+    "soak": "look at this GPU's throttle row, its cooling and the power it was given",
 }
 
 # Reasons that hold the clock for a fault (fail), for heat (warn), or as designed (named only).
-HARDWARE_REASONS = 0x8 | 0x40 | 0x80
-THERMAL_REASONS = 0x20
-NAMED_REASONS = 0x4 | 0x2
+HARDWARE_REASONS = (
+    pynvml.nvmlClocksEventReasonHwSlowdown
+    | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+)
+THERMAL_REASONS = pynvml.nvmlClocksEventReasonSwThermalSlowdown
+NAMED_REASONS = (
+    pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonApplicationsClocksSetting
+)
 
 
 @dataclass(frozen=True)
@@ -240,8 +250,17 @@ def pcie_link(device: str, watch: GpuWatch) -> Finding:
     return Finding("nvml", device, "PCIe link", PASS, text, details=details)
 
 
-def nvlink(device: str, watch: GpuWatch, spec: NvLinkSpec | None) -> Finding | None:
-    """Active NVLinks against the board's; None for a GPU with no NVLink to judge."""
+def nvlink(
+    device: str, watch: GpuWatch, spec: NvLinkSpec | None, visible_gpus: int
+) -> Finding | None:
+    """Active NVLinks against the board's; None for a GPU with no NVLink to judge.
+
+    ``visible_gpus`` is how many GPUs NVML sees here. A GPU given alone to a VM or a
+    container has no peer to train its links with: with none of them up, that is the
+    setup, not a fault, and the row says so (``info``). Links that are up are judged
+    whatever the count (17 of 18 up is a fault anywhere). NVML's version of each link
+    is an ``nvmlNvlinkVersion_t``, decoded by name; its major is the generation.
+    """
     active = watch.facts.nvlink_active
     if spec is None:
         if not active:
@@ -250,6 +269,19 @@ def nvlink(device: str, watch: GpuWatch, spec: NvLinkSpec | None) -> Finding | N
     if not active:
         if spec.optional:
             return None  # a PCIe card without its bridge: nothing to expect
+        if visible_gpus < 2:
+            return Finding(
+                "nvml",
+                device,
+                "NVLink",
+                INFO,
+                f"none of the board's {spec.links} NVLinks is up, and this GPU is the only one "
+                "visible here (a VM or container given one GPU): no peer to link with; not "
+                "judged. Judge the fabric where all the board's GPUs are visible",
+                value=0,
+                unit="links",
+                details={"visible_gpus": visible_gpus},
+            )
         return Finding(
             "nvml",
             device,
@@ -262,7 +294,9 @@ def nvlink(device: str, watch: GpuWatch, spec: NvLinkSpec | None) -> Finding | N
             unit="links",
             limit=spec.links,
         )
-    versions = watch.facts.nvlink_versions
+    decoded = [nvlink_version(v) for v in watch.facts.nvlink_versions]
+    known = [v for v in decoded if v is not None]
+    details = {"versions": sorted({nvlink_version_text(v) for v in watch.facts.nvlink_versions})}
     if active < spec.links:
         return Finding(
             "nvml",
@@ -274,17 +308,20 @@ def nvlink(device: str, watch: GpuWatch, spec: NvLinkSpec | None) -> Finding | N
             value=active,
             unit="links",
             limit=spec.links,
+            details=details,
         )
-    if versions and min(versions) < spec.version:
+    if known and min(known)[0] < spec.generation:
+        low = min(known)
         return Finding(
             "nvml",
             device,
             "NVLink",
             WARN,
-            f"links at NVLink version {min(versions)}, the board has version {spec.version}",
+            f"links at NVLink {low[0]}.{low[1]}, the board has generation {spec.generation}",
             value=active,
             unit="links",
             limit=spec.links,
+            details=details,
         )
     return Finding(
         "nvml",
@@ -295,6 +332,7 @@ def nvlink(device: str, watch: GpuWatch, spec: NvLinkSpec | None) -> Finding | N
         value=active,
         unit="links",
         limit=spec.links,
+        details=details,
     )
 
 

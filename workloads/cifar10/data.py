@@ -285,7 +285,7 @@ def _shard_by_data(tf: Any, ds: Any) -> Any:
 
 def synthetic_dataset(tf: Any, *, global_batch: int, image_size: int, seed: int = 0) -> Any:
     """One random batch repeated forever: measures the model alone, with no input cost."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((global_batch, image_size, image_size, 3)).astype(np.float32)
-    y = rng.integers(0, NUM_CLASSES, size=(global_batch,)).astype(np.int32)
+    from workloads.cifar10.synthetic import random_batch
+
+    x, y = random_batch(global_batch, image_size, seed)
     return _shard_by_data(tf, tf.data.Dataset.from_tensors((x, y)).repeat())

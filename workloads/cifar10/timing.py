@@ -100,6 +100,47 @@ class StepTimer(keras.callbacks.Callback):
         )
 
 
+class EpochTimer(keras.callbacks.Callback):
+    """Wall time of each epoch, and nothing per step: the steps run as ``fit`` runs them.
+
+    :class:`StepTimer` reads every step's loss, which makes Keras call every callback
+    synchronously and the host wait for each step before dispatching the next; on JAX
+    that sync cost 35 % of ResNet50V2's throughput on an H200 (7,081 examples/s against
+    10,813 for a plain ``fit``). This timer is ``async_safe`` and has no per-batch hook, so
+    Keras keeps dispatching ahead; it waits once per epoch, for the epoch's last loss,
+    before it reads the clock, so an epoch's time includes all of its work.
+    """
+
+    async_safe = True
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        super().__init__()
+        self.clock = clock
+        self.epoch_times: list[float] = []
+        self.losses: list[float] = []
+        self._start = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._start = self.clock()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        values = wait_for(logs or {})
+        self.epoch_times.append(self.clock() - self._start)
+        self.losses.append(values.get("loss", float("nan")))
+
+
+def steady_epochs(epoch_times: list[float], steps: int, global_batch: int) -> SteadyState:
+    """Examples/s over every epoch after the first (compilation, autotuning), all steps equal."""
+    measured = epoch_times[1:]
+    if not measured or steps < 1:
+        raise ValueError("the steady state needs two epochs or more of at least one step")
+    seconds = sum(measured)
+    rate = len(measured) * steps * global_batch / seconds
+    return SteadyState(
+        seconds / (len(measured) * steps), rate, rate, len(measured) * steps, "first epoch"
+    )
+
+
 def wait_for(logs: dict[str, Any]) -> dict[str, float]:
     """Bring every scalar in ``logs`` to the host, which waits for the step producing it.
 

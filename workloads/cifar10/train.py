@@ -18,7 +18,7 @@ from typing import Any
 
 from workloads import netbind
 from workloads.cifar10 import data as cifar_data
-from workloads.cifar10 import multiworker
+from workloads.cifar10 import multiworker, synthetic
 from workloads.cifar10.models import MODELS, ModelSpec
 from workloads.cifar10.multiworker import SlurmTask, wants_slurm
 from workloads.cifar10.source import DataSource, choose_data
@@ -235,22 +235,31 @@ def set_precision(config: TrainConfig, placement: Placement) -> str:
 def make_datasets(
     config: TrainConfig, spec: ModelSpec, global_batch: int, source: DataSource
 ) -> tuple[Any, Any | None, int, dict[str, Any]]:
-    """Training dataset, optional test dataset, steps per epoch, and data facts for the record."""
-    import tensorflow as tf
+    """Training dataset, optional test dataset, steps per epoch, and data facts for the record.
 
+    Synthetic data on a backend other than TensorFlow is a ``PyDataset`` of one batch on
+    the device (:mod:`workloads.cifar10.synthetic`): no TensorFlow is imported, so a
+    JAX-only host runs it. The archive's pipeline is ``tf.data``.
+    """
     image_size = config.image_size or spec.image_size
     crop = (config.image_size or spec.crop) if spec.crop else None
     facts: dict[str, Any] = {"data": source.kind, "image_size": image_size}
     if source.fallback_reason is not None:
         facts["data_fallback_reason"] = source.fallback_reason
     if source.cifar is None:
-        train = cifar_data.synthetic_dataset(
-            tf, global_batch=global_batch, image_size=image_size, seed=config.seed
-        )
         steps = config.steps_per_epoch or TRAIN_IMAGES // global_batch
         if steps == 0:
             raise _batch_too_large(global_batch, TRAIN_IMAGES)
+        if backend_name() != "tensorflow":
+            x, y = synthetic.random_batch(global_batch, image_size, config.seed)
+            return synthetic.repeated_batch(x, y, steps), None, steps, facts
+        import tensorflow as tf
+
+        train = cifar_data.synthetic_dataset(
+            tf, global_batch=global_batch, image_size=image_size, seed=config.seed
+        )
         return train, None, steps, facts
+    import tensorflow as tf
     cifar, archive = source.cifar, source.archive
     full_steps = len(cifar.x_train) // global_batch
     if full_steps == 0 or len(cifar.x_test) // global_batch == 0:

@@ -5,6 +5,12 @@ recorded readings with the same API, ``tests/host/fake_nvml.py``), as in
 ``tfhost.monitor``. A query a GPU does not support reads as None, never an error:
 a T4 has no NVLink and an old driver no remapped-row counters, and neither is a finding.
 
+Every enum and bit NVML returns or takes is named as nvidia-ml-py names it (``nvml.h``'s
+names), never written as a number: an NVLink version is ``NVML_NVLINK_VERSION_4_0``, an
+enum whose value (6) is not the generation (4); a clock-event reason is
+``nvmlClocksEventReasonHwSlowdown``. Units are ``nvml.h``'s: milliwatts for power, MHz
+for clocks, degrees C, percent for utilisation.
+
 Why sample during the battery rather than read once: a GPU lowers its PCIe link
 generation and its clocks when idle, so "Gen1 at 210 MHz" read before the run means
 nothing; the figures that count are those seen while the checks load the GPU.
@@ -13,25 +19,58 @@ nothing; the figures that count are those seen while the checks load the GPU.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-# NVML's clock-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*).
+import pynvml
+
+# NVML's clock-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*), in words.
 REASON_NAMES = {
-    0x1: "GPU idle",
-    0x2: "application clocks setting",
-    0x4: "software power cap",
-    0x8: "hardware slowdown",
-    0x10: "sync boost",
-    0x20: "software thermal slowdown",
-    0x40: "hardware thermal slowdown",
-    0x80: "hardware power brake",
-    0x100: "display clock setting",
+    pynvml.nvmlClocksEventReasonGpuIdle: "GPU idle",
+    pynvml.nvmlClocksEventReasonApplicationsClocksSetting: "application clocks setting",
+    pynvml.nvmlClocksEventReasonSwPowerCap: "software power cap",
+    pynvml.nvmlClocksEventReasonHwSlowdown: "hardware slowdown",
+    pynvml.nvmlClocksEventReasonSyncBoost: "sync boost",
+    pynvml.nvmlClocksEventReasonSwThermalSlowdown: "software thermal slowdown",
+    pynvml.nvmlClocksEventReasonHwThermalSlowdown: "hardware thermal slowdown",
+    pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown: "hardware power brake",
+    pynvml.nvmlClocksEventReasonDisplayClockSetting: "display clock setting",
 }
 LOADED_PERCENT = 50  # a sample counts as "under load" at this GPU utilisation or above
+
+
+def _nvlink_versions() -> dict[int, tuple[int, int]]:
+    """``nvmlNvlinkVersion_t`` values to (major, minor), read off nvidia-ml-py's names.
+
+    ``nvmlDeviceGetNvLinkVersion`` returns this enum (``NVML_NVLINK_VERSION_3_1`` is 5
+    on an A100, ``NVML_NVLINK_VERSION_4_0`` is 6 on an H100), not the generation. The
+    table is built from the constants' names, so a version NVIDIA adds is decoded by
+    the nvidia-ml-py that names it; ``NVML_NVLINK_VERSION_INVALID`` decodes to nothing.
+    """
+    versions = {}
+    for name in dir(pynvml):
+        match = re.fullmatch(r"NVML_NVLINK_VERSION_(\d+)_(\d+)", name)
+        if match:
+            versions[int(getattr(pynvml, name))] = (int(match[1]), int(match[2]))
+    return versions
+
+
+NVLINK_VERSIONS = _nvlink_versions()
+
+
+def nvlink_version(value: int | None) -> tuple[int, int] | None:
+    """(major, minor) of an ``nvmlNvlinkVersion_t`` value; None for INVALID or unknown."""
+    return None if value is None else NVLINK_VERSIONS.get(int(value))
+
+
+def nvlink_version_text(value: int | None) -> str:
+    """``"4.0"`` for ``NVML_NVLINK_VERSION_4_0``; the raw value, marked, when NVML's is new."""
+    decoded = nvlink_version(value)
+    return f"{decoded[0]}.{decoded[1]}" if decoded else f"unknown (nvmlNvlinkVersion_t {value})"
 
 
 @dataclass(frozen=True)
@@ -54,7 +93,8 @@ class GpuFacts:
     remapped_rows: tuple[int, int, bool, bool] | None  # corrected, uncorrected, pending, failed
     retired_pages_pending: bool | None
     nvlink_active: int | None  # links up; None when the GPU has no NVLink
-    nvlink_versions: tuple[int, ...] = ()  # version of each active link
+    nvlink_versions: tuple[int, ...] = ()  # each active link's nvmlNvlinkVersion_t value
+    pci_vendor_id: int | None = None  # 0x10de for NVIDIA: the low half of pciDeviceId
 
 
 @dataclass(frozen=True)
@@ -121,12 +161,16 @@ def read_facts(nvml: Any, index: int) -> GpuFacts:
     """The static facts of GPU ``index`` (NVML numbering)."""
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     pci = _read(nvml, "nvmlDeviceGetPciInfo", handle)
+    # nvmlPciInfo_t.pciDeviceId: "the combined 16-bit device id and 16-bit vendor id",
+    # the device ID in the high half.
     device_id = int(pci.pciDeviceId) >> 16 if pci is not None else None
-    uncorrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
-    corrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
-    volatile = getattr(nvml, "NVML_VOLATILE_ECC", 0)
-    aggregate = getattr(nvml, "NVML_AGGREGATE_ECC", 1)
+    vendor_id = int(pci.pciDeviceId) & 0xFFFF if pci is not None else None
+    uncorrected = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    corrected = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    volatile = pynvml.NVML_VOLATILE_ECC
+    aggregate = pynvml.NVML_AGGREGATE_ECC
     remapped = _read(nvml, "nvmlDeviceGetRemappedRows", handle)
+    # nvmlEnableState_t: NVML_FEATURE_ENABLED when a retirement waits for a reset.
     pending = _read(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
     power_mw = _read(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle)
     active, versions = _nvlinks(nvml, handle)
@@ -138,8 +182,10 @@ def read_facts(nvml: Any, index: int) -> GpuFacts:
         pcie_max_generation=_read(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle),
         pcie_gpu_max_generation=_read(nvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", handle),
         pcie_max_width=_read(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle),
-        max_sm_clock_mhz=_read(nvml, "nvmlDeviceGetMaxClockInfo", handle, nvml.NVML_CLOCK_SM),
-        max_memory_clock_mhz=_read(nvml, "nvmlDeviceGetMaxClockInfo", handle, nvml.NVML_CLOCK_MEM),
+        max_sm_clock_mhz=_read(nvml, "nvmlDeviceGetMaxClockInfo", handle, pynvml.NVML_CLOCK_SM),
+        max_memory_clock_mhz=_read(
+            nvml, "nvmlDeviceGetMaxClockInfo", handle, pynvml.NVML_CLOCK_MEM
+        ),
         power_limit_w=None if power_mw is None else power_mw / 1000,
         ecc_uncorrected_volatile=_read(
             nvml, "nvmlDeviceGetTotalEccErrors", handle, uncorrected, volatile
@@ -153,9 +199,10 @@ def read_facts(nvml: Any, index: int) -> GpuFacts:
         remapped_rows=None
         if remapped is None
         else (int(remapped[0]), int(remapped[1]), bool(remapped[2]), bool(remapped[3])),
-        retired_pages_pending=None if pending is None else bool(pending),
+        retired_pages_pending=None if pending is None else pending == pynvml.NVML_FEATURE_ENABLED,
         nvlink_active=active,
         nvlink_versions=versions,
+        pci_vendor_id=vendor_id,
     )
 
 
@@ -164,17 +211,20 @@ def _maybe_text(value: Any) -> str | None:
 
 
 def _nvlinks(nvml: Any, handle: Any) -> tuple[int | None, tuple[int, ...]]:
-    """Active NVLinks and their versions; (None, ()) when the GPU has none at all."""
-    links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
+    """Active NVLinks and their ``nvmlNvlinkVersion_t``; (None, ()) when the GPU has none at all.
+
+    ``nvmlDeviceGetNvLinkState`` answers ``NVML_FEATURE_ENABLED`` for a link that is up;
+    a link index the GPU does not have answers an error, read as None and skipped.
+    """
     active = 0
     supported = False
     versions = []
-    for link in range(links):
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
         state = _read(nvml, "nvmlDeviceGetNvLinkState", handle, link)
         if state is None:
             continue
         supported = True
-        if state:
+        if state == pynvml.NVML_FEATURE_ENABLED:
             active += 1
             version = _read(nvml, "nvmlDeviceGetNvLinkVersion", handle, link)
             if version is not None:
@@ -192,13 +242,11 @@ def read_sample(nvml: Any, handle: Any, start: float, clock: Callable[[], float]
     return Sample(
         time_s=round(clock() - start, 3),
         utilization_percent=None if util is None else int(util.gpu),
-        sm_clock_mhz=_read(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM),
-        memory_clock_mhz=_read(nvml, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_MEM),
+        sm_clock_mhz=_read(nvml, "nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_SM),
+        memory_clock_mhz=_read(nvml, "nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_MEM),
         reasons=reasons,
         power_w=None if power_mw is None else round(power_mw / 1000, 1),
-        temperature_c=_read(
-            nvml, "nvmlDeviceGetTemperature", handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0)
-        ),
+        temperature_c=_read(nvml, "nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU),
         pcie_generation=_read(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle),
         pcie_width=_read(nvml, "nvmlDeviceGetCurrPcieLinkWidth", handle),
     )
@@ -222,6 +270,10 @@ class Watcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="accept-nvml", daemon=True)
         self._start = clock()
+
+    def now(self) -> float:
+        """The time on the samples' own clock (``Sample.time_s``), to mark a window with."""
+        return round(self.clock() - self._start, 3)
 
     def sample_once(self) -> None:
         for gpu, handle in zip(self.gpus, self.handles, strict=True):

@@ -31,9 +31,13 @@ class Figure:
 
 @dataclass(frozen=True)
 class NvLinkSpec:
-    """The NVLink a model has on its board (``optional``: a bridge that may be absent)."""
+    """The NVLink a model has on its board (``optional``: a bridge that may be absent).
 
-    version: int
+    ``generation`` is NVIDIA's NVLink generation (A100: 3, H100: 4, B200: 5), the major
+    of the version NVML reports as ``nvmlNvlinkVersion_t`` (A100: ``NVML_NVLINK_VERSION_3_1``).
+    """
+
+    generation: int
     links: int
     optional: bool
     source: str
@@ -47,17 +51,21 @@ class GpuModel:
     pci_device_ids: tuple[int, ...]
     compute_capability: str
     matmul_tflops: dict[str, Figure]
-    memory_gbps: Figure
+    memory_gbps: Figure | None  # None: NVIDIA publishes no bandwidth for this variant
     nvlink: NvLinkSpec | None = None
 
 
 @dataclass(frozen=True)
 class Threshold:
-    """``warn`` below ``warn_below`` × limit, ``fail`` below ``fail_below`` × limit."""
+    """``warn`` below ``warn_below`` × limit, ``fail`` below ``fail_below`` × limit.
+
+    ``documents`` are the keys of the documents ``basis`` was chosen from.
+    """
 
     warn_below: float
     fail_below: float
     basis: str
+    documents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,7 @@ class Reference:
     thresholds: dict[str, Threshold]
     pcie_lane_gbps: dict[int, float]
     pcie_source: str
-    nvlink_link_gbps: dict[int, float]
+    nvlink_link_gbps: dict[int, float]  # per link and direction, by NVLink generation
     nvlink_source: str
     busy_share: float = 0.10
     by_device_id: dict[int, GpuModel] = field(default_factory=dict)
@@ -83,6 +91,12 @@ class Reference:
         if not generation or not width or generation not in self.pcie_lane_gbps:
             return None
         return self.pcie_lane_gbps[generation] * width
+
+    def nvlink_gbps(self, generation: int | None, links: int | None) -> float | None:
+        """Per-direction GB/s of ``links`` NVLinks of ``generation``; None if either is unknown."""
+        if not generation or not links or generation not in self.nvlink_link_gbps:
+            return None
+        return self.nvlink_link_gbps[generation] * links
 
     def cite(self, source: str) -> str:
         """The document's title and date."""
@@ -117,11 +131,13 @@ def parse(data: dict[str, Any]) -> Reference:
                     dtype: _figure(fig, f"{name} matmul {dtype}")
                     for dtype, fig in raw["matmul_tflops"].items()
                 },
-                memory_gbps=_figure(raw["memory_gbps"], f"{name} memory"),
+                memory_gbps=None
+                if raw["memory_gbps"] is None
+                else _figure(raw["memory_gbps"], f"{name} memory"),
                 nvlink=None
                 if nvlink is None
                 else NvLinkSpec(
-                    int(nvlink["version"]),
+                    int(nvlink["generation"]),
                     int(nvlink["links"]),
                     bool(nvlink.get("optional", False)),
                     str(nvlink["source"]),
@@ -130,11 +146,18 @@ def parse(data: dict[str, Any]) -> Reference:
         )
     thresholds = {
         name: Threshold(
-            float(t["warn_below"]), float(t["fail_below"]), " ".join(t["basis"].split())
+            float(t["warn_below"]),
+            float(t["fail_below"]),
+            " ".join(t["basis"].split()),
+            tuple(str(d) for d in t.get("documents") or ()),
         )
         for name, t in data["thresholds"].items()
         if "warn_below" in t
     }
+    for name, t in data["thresholds"].items():
+        cited = t.get("documents") or []
+        if not cited or any(str(d) not in documents for d in cited):
+            raise ValueError(f"threshold {name}: `documents` must name entries of `documents`")
     reference = Reference(
         documents=documents,
         gpus=tuple(gpus),
@@ -144,7 +167,7 @@ def parse(data: dict[str, Any]) -> Reference:
         },
         pcie_source=str(data["pcie_lane_gbps"]["source"]),
         nvlink_link_gbps={
-            int(k): float(v) for k, v in data["nvlink_link_gbps"]["per_version"].items()
+            int(k): float(v) for k, v in data["nvlink_link_gbps"]["per_generation"].items()
         },
         nvlink_source=str(data["nvlink_link_gbps"]["source"]),
         busy_share=float(data["thresholds"]["busy_share"]["warn_above"]),

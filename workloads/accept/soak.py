@@ -1,0 +1,194 @@
+"""The soak: every GPU computes the same matmul for minutes, and every product is checked.
+
+Speed checks pass a GPU that computes wrong answers fast. Here each device multiplies the
+same two seeded matrices again and again for ``--soak SECONDS`` (Imbue's stress test runs
+300 s and compares results across GPUs), and each product's checksum (its bits, exactly)
+is compared
+
+* with that device's first product: the inputs never change, so a later product that
+  differs is silent data corruption on that device (``fail``, naming the iteration);
+* with its siblings' (devices of the same model run the same kernels on the same bits):
+  a device whose products differ from the others' is named; where two disagree and there
+  is no third to side with, both are.
+
+While it runs, the battery's NVML sampler keeps reading clocks, power and temperature;
+a clock that sags from the soak's first fifth to its last as the card heats is a finding
+(``soak_clocks`` in ``reference.yaml``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable
+
+from workloads.accept.checks import Sizes, Target
+from workloads.accept.kernels import Kernels, SoakRun
+from workloads.accept.verdicts import FAIL, PASS, SKIP, WARN, Finding
+from workloads.hardware.nvml import GpuWatch
+from workloads.hardware.reference import Reference, Threshold
+
+
+def check_soak(
+    kernels: Kernels,
+    targets: list[Target],
+    size: Sizes,
+    seconds: float,
+    reference: Reference,
+    tick: Callable[[str], None],
+    now: Callable[[], float] | None = None,
+) -> list[Finding]:
+    """Run the soak on every target at once; findings per device, then the clocks under it.
+
+    ``now`` reads the NVML sampler's clock (``Watcher.now``), to know which samples fell
+    inside the soak; without it (no NVML) there is no clock row.
+    """
+    devices = [t.device for t in targets]
+    if not devices or seconds <= 0:
+        return [Finding("soak", "host", "results", SKIP, "no soak asked for (--soak SECONDS)")]
+    tick(f"{len(devices)} device(s), {seconds:,.0f} s")
+    begin = now() if now else None
+    run = kernels.soak_checksums(devices, size.soak_matrix, seconds)
+    end = now() if now else None
+    groups = {t.label: (t.model.model if t.model else t.device.name) for t in targets}
+    findings = results(run, groups)
+    if begin is not None and end is not None:
+        threshold = reference.thresholds["soak_clocks"]
+        for target in targets:
+            if target.watch is not None:
+                findings.append(clock_sag(target.label, target.watch, begin, end, threshold))
+    return findings
+
+
+def results(run: SoakRun, groups: dict[str, str]) -> list[Finding]:
+    """Each device's products against its own first and against its siblings'."""
+    findings = []
+    sibling_verdicts = _against_siblings(run, groups)
+    for label, sums in run.checksums.items():
+        what = f"{run.size}² float32 matmul × {len(sums)} in {run.seconds:,.0f} s"
+        if not sums:
+            findings.append(
+                Finding(
+                    "soak",
+                    label,
+                    "results",
+                    FAIL,
+                    f"no product finished in {run.seconds:,.0f} s: the device "
+                    "did not compute; reset it and run again",
+                )
+            )
+            continue
+        changed = [i for i, value in enumerate(sums) if value != sums[0]]
+        details = {"iterations": len(sums), "mismatches": len(changed), "first": sums[0]}
+        if changed:
+            findings.append(
+                Finding(
+                    "soak",
+                    label,
+                    "results",
+                    FAIL,
+                    f"silent data corruption: {len(changed)} of {len(sums)} products differ from "
+                    f"the first (iteration {changed[0] + 1} first), with the same inputs; "
+                    "drain the node and replace the GPU (RMA) if it repeats after a reset",
+                    details=details,
+                )
+            )
+            continue
+        odd = sibling_verdicts.get(label)
+        if odd:
+            findings.append(Finding("soak", label, "results", FAIL, odd, details=details))
+            continue
+        findings.append(
+            Finding(
+                "soak",
+                label,
+                "results",
+                PASS,
+                f"{what}: every product identical to the first, and to its siblings'",
+                details=details,
+            )
+        )
+    return findings
+
+
+def _against_siblings(run: SoakRun, groups: dict[str, str]) -> dict[str, str]:
+    """Devices whose first product differs from their siblings' (same model), with why."""
+    odd: dict[str, str] = {}
+    by_group: dict[str, list[str]] = {}
+    for label, sums in run.checksums.items():
+        if sums:
+            by_group.setdefault(groups.get(label, label), []).append(label)
+    for labels in by_group.values():
+        if len(labels) < 2:
+            continue
+        counts = Counter(run.checksums[label][0] for label in labels)
+        common, times = counts.most_common(1)[0]
+        if times * 2 > len(labels):  # a majority agrees: the others are wrong
+            for label in labels:
+                if run.checksums[label][0] != common:
+                    odd[label] = (
+                        f"its product differs from that of {times} of its {len(labels) - 1} "
+                        "siblings (same model, same inputs): silent data corruption on this "
+                        "device; drain it, reset the GPU, replace it (RMA) if it repeats"
+                    )
+        elif len(counts) > 1:
+            for label in labels:
+                odd[label] = (
+                    f"the products of {', '.join(labels)} disagree and no majority agrees "
+                    "(same model, same inputs): one of them computes wrong; run the soak on "
+                    "each alone, or with a third GPU of the model"
+                )
+    return odd
+
+
+def clock_sag(
+    label: str, watch: GpuWatch, begin: float, end: float, threshold: Threshold
+) -> Finding:
+    """The SM clock in the soak's last fifth against its first fifth, with the heat beside."""
+    inside = [s for s in watch.loaded() if begin <= s.time_s <= end and s.sm_clock_mhz]
+    fifth = (end - begin) / 5
+    first = [s for s in inside if s.time_s <= begin + fifth]
+    last = [s for s in inside if s.time_s >= end - fifth]
+    if not first or not last:
+        return Finding(
+            "soak",
+            label,
+            "clock under load",
+            SKIP,
+            "too few NVML samples under load during the soak to compare its start "
+            "and end (run a longer soak)",
+        )
+    early = statistics.median(s.sm_clock_mhz for s in first if s.sm_clock_mhz)
+    late = statistics.median(s.sm_clock_mhz for s in last if s.sm_clock_mhz)
+    temps_early = [s.temperature_c for s in first if s.temperature_c is not None]
+    temps_late = [s.temperature_c for s in last if s.temperature_c is not None]
+    heat = f"; {max(temps_early)} → {max(temps_late)} °C" if temps_early and temps_late else ""
+    share = late / early
+    text = f"median {early:,.0f} MHz in the first fifth, {late:,.0f} MHz in the last{heat}"
+    details = {"first_mhz": early, "last_mhz": late, "samples": len(inside)}
+    if share < threshold.fail_below:
+        verdict, reason = (
+            FAIL,
+            f"{text}: the clock fell {1 - share:.0%} under load; check "
+            "cooling, the power supply and the throttle row",
+        )
+    elif share < threshold.warn_below:
+        verdict, reason = (
+            WARN,
+            f"{text}: the clock sagged {1 - share:.0%} as the card heated; "
+            "check airflow and the fan or coolant settings",
+        )
+    else:
+        verdict, reason = PASS, text
+    return Finding(
+        "soak",
+        label,
+        "clock under load",
+        verdict,
+        reason,
+        late,
+        "MHz",
+        early,
+        "the soak's first fifth",
+        details,
+    )
