@@ -236,6 +236,24 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], line: str, tmp_path: 
     assert not (tmp_path / "s.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("state", "line"),
+    [
+        ("/proc/1/nope/health.json", "cannot keep the state file /proc/1/nope/health.json: No "
+         "such file or directory; run as root (the health check is root's), or give --state "
+         "FILE in a directory of yours"),
+        ("/etc/hostname/health.json", "/etc/hostname is not a directory; give a directory"),
+    ],
+)
+def test_a_state_file_that_cannot_be_kept_is_one_line(
+    state: str, line: str, tmp_path: Path
+) -> None:
+    log = klog.write(tmp_path / "kern.log", klog.noise(1.0, 3))
+    done = _cli("--state", state, "--kernel-log", str(log))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"workloads health: error: {line}"
+
+
 def test_slurm_mode_without_scontrol_is_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
     done = _cli("--slurm", "--node", "gpu01", "--state", str(tmp_path / "s.json"), env=env)

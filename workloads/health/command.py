@@ -128,6 +128,14 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
     if args.slurm:
         slurm.scontrol()  # before reading anything: a missing scontrol is bad input
     path = args.state or state.DEFAULT
+    try:
+        state.prepare(path)
+    except OSError as exc:  # the state's directory cannot be made or written: one line
+        raise WorkloadError(
+            f"cannot keep the state file {path}: {exc.strerror or exc}",
+            "run as root (the health check is root's), or give --state FILE in a directory "
+            "of yours",
+        ) from None
     # The deadline's shares: a quarter to wait for another run's lock, half for the readings,
     # a tenth for each scontrol call; what is left covers Python's own start.
     with state.locked(path, args.deadline * 0.25):
@@ -144,7 +152,10 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
             nvml=nvml,
         )
         if not args.since_boot or args.clear:
-            state.save(path, done.state)
+            try:
+                state.save(path, done.state)
+            except OSError as exc:  # a full disk: say so, the findings are still printed below
+                kept.note = f"the state file {path} was not written: {exc.strerror or exc}"
     verdict = worst(f.verdict for f in done.findings)
     failures = [f for f in done.findings if f.verdict == FAIL]
     action = None

@@ -145,6 +145,13 @@ def save(path: Path, state: State) -> None:
             raise
 
 
+def prepare(path: Path) -> None:
+    """Make and check the state's directory and its lock file (OSError: not possible here)."""
+    with _directory(path) as dir_fd:
+        os.close(safefs.open_file(path.parent / ".health.lock", os.O_RDWR | os.O_CREAT, 0o600,
+                                  dir_fd=dir_fd))
+
+
 @contextlib.contextmanager
 def locked(path: Path, timeout_s: float) -> Iterator[None]:
     """Hold the state's lock; another run holding it past ``timeout_s`` is an error."""
