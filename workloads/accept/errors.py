@@ -164,8 +164,8 @@ def event_findings(
             source = "xid-catalog"
         else:
             entry = None
-            what = "Fatal" if event.fatal else "Non-fatal"
-            meaning = f"{what}, {event.text}"
+            meaning = f"{'Fatal' if event.fatal else 'Non-fatal'}, {event.text}"
+            what = f"({meaning})"
             device = f"NVSwitch {event.switch} ({event.pci})"
             bucket = None
             source = "fabric-manager-guide"
