@@ -10,11 +10,15 @@
 # small CI machine has: `config_overrides`), so two or more tasks run at once. Everything
 # lives under TFHOST_SLURM_DIR (default /run/tfhost-slurm): its own munge key and socket, its
 # own slurm.conf, state and logs; the daemons talk over 127.0.0.1 on TFHOST_SLURM_PORT and
-# the next port. Needs root and Debian's slurm-wlm and munge.
+# the next port. Needs root and Debian's slurm-wlm and munge. TFHOST_SLURM_HEALTHCHECK, when set,
+# is the node's HealthCheckProgram, run every TFHOST_SLURM_HEALTHCHECK_INTERVAL seconds (default
+# 2) in any node state, as slurm.conf(5) describes.
 set -euo pipefail
 
 dir=${TFHOST_SLURM_DIR:-/run/tfhost-slurm}
 cpus=${TFHOST_SLURM_CPUS:-4}
+healthcheck=${TFHOST_SLURM_HEALTHCHECK:-}
+healthcheck_interval=${TFHOST_SLURM_HEALTHCHECK_INTERVAL:-2}
 port=${TFHOST_SLURM_PORT:-16817}
 conf="$dir/slurm.conf"
 
@@ -54,6 +58,9 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MinJobAge=600
 KillWait=5
+${healthcheck:+HealthCheckProgram=$healthcheck
+HealthCheckInterval=$healthcheck_interval
+HealthCheckNodeState=ANY}
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1024 State=UNKNOWN
 PartitionName=local Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF

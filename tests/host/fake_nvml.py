@@ -190,3 +190,37 @@ class FakeNvml:
 
 
 API = [name for name in vars(FakeNvml) if name.startswith(("nvml", "NVML"))]
+
+
+# --- the link error counters of `workloads accept`'s errors check and `workloads health` -----
+# NVML's own counter names, taken from pynvml (nvmlNvLinkErrorCounter_t), never typed here.
+_pynvml = pynvml
+
+NVLINK_COUNTERS = {
+    _pynvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay",
+    _pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: "recovery",
+    _pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit",
+    _pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data",
+}
+
+
+class FakeNvmlErrors(FakeNvml):
+    """``FakeNvml`` with the NVLink error and PCIe replay counters.
+
+    Per GPU: ``nvlink_errors`` maps a link number (a string, JSON's keys) to counts keyed
+    by the names in :data:`NVLINK_COUNTERS` (absent: NotSupported), and ``pcie_replays``.
+    """
+
+    NVML_NVLINK_ERROR_DL_REPLAY = _pynvml.NVML_NVLINK_ERROR_DL_REPLAY
+    NVML_NVLINK_ERROR_DL_RECOVERY = _pynvml.NVML_NVLINK_ERROR_DL_RECOVERY
+    NVML_NVLINK_ERROR_DL_CRC_FLIT = _pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT
+    NVML_NVLINK_ERROR_DL_CRC_DATA = _pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: int, link: int, counter: int) -> int:
+        return int(self._fact(handle, "nvlink_errors", str(link), NVLINK_COUNTERS[counter]))
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
+        return int(self._fact(handle, "pcie_replays"))
+
+
+ERRORS_API = [name for name in vars(FakeNvmlErrors) if name.startswith(("nvml", "NVML"))]

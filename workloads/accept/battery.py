@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workloads import busy
-from workloads.accept import checks, dcgm, p2p, soak, verdicts
+from workloads.accept import checks, dcgm, errors, p2p, soak, verdicts
 from workloads.accept.checks import Sizes, Target
 from workloads.accept.verdicts import SKIP, Finding
 from workloads.hardware import identify
@@ -30,6 +30,7 @@ CHECKS = (
     "p2p",
     "training",
     "nvml",
+    "errors",
     "dcgm",
     "soak",
 )
@@ -163,6 +164,9 @@ def run(
         others = busy.others_share(token[0], busy.cpu_times())
         if "nvml" in selected:
             findings += nvml_findings(watcher, targets, reference)
+        if "errors" in selected:
+            labels = {t.watch.facts.index: t.label for t in targets if t.watch is not None}
+            findings += errors.collect(nvml if watcher is not None else None, labels)
         if measured:
             findings.append(verdicts.busy_host(others, reference.busy_share))
         groups = {t.label: (t.model.model if t.model else t.device.name) for t in targets}

@@ -14,6 +14,8 @@ can train to, its NVLinks), each with a verdict and a reason:
   training   ResNet50V2 at 128 px, mixed precision (the tutorial CNN on a CPU), MFU
   nvml       per GPU under the battery's load: PCIe link, SM clock, throttle reasons,
              power and temperature, ECC and remapped rows, NVLinks
+  errors     XID and SXid events since boot (kernel log) with NVIDIA's action for each,
+             NVLink replay/recovery/CRC and PCIe replay counters, PCIe AER counters
   dcgm       DCGM's `dcgmi diag -r LEVEL` verdict, where DCGM is installed
   soak       only with --soak SECONDS or --profile deep: every GPU repeats the same
              matmul, each product compared with its first and with its siblings'

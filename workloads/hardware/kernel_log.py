@@ -1,0 +1,230 @@
+"""This boot's kernel log, read-only and bounded, summarised as the XID and SXid events in it.
+
+Where it comes from: ``journalctl -k -b -o short-monotonic`` (the journal keeps the whole
+boot, where the ring buffer keeps only its last few MiB), else ``dmesg`` (no journal, or one
+that does not store kernel messages), else nothing (not permitted: ``kernel.dmesg_restrict``
+for a user outside the ``adm``/``systemd-journal`` groups, a container without
+``CAP_SYSLOG``), which is itself reported. Both print each line with the kernel's timestamp,
+``[seconds.microseconds]`` since boot, which is what "since the last run" is measured in.
+
+Bounded: the reader stops at ``max_bytes`` of output or at ``deadline_s`` seconds, kills
+the command and says the scan was incomplete; lines are streamed, never held, and the
+events are grouped by device and code as they are read, at most :data:`MAX_GROUPS` groups,
+so memory stays small whatever the log holds. Nothing is written anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from workloads.hardware.xid import Event, parse_line, timestamp_us
+
+JOURNAL = ("journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q")
+DMESG = ("dmesg",)
+MAX_BYTES = 256 << 20
+MAX_GROUPS = 512
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass
+class Group:
+    """Every event of one code on one device: how many, the first one, the last time."""
+
+    first: Event
+    count: int = 0
+    last_us: int | None = None
+
+
+@dataclass
+class Scan:
+    """What a read of the kernel log found."""
+
+    source: str  # the command or file that was read
+    groups: list[Group] = field(default_factory=list)
+    lines: int = 0
+    last_us: int | None = None  # the latest kernel timestamp read, events or not
+    complete: bool = True  # False when cut short by the size or time bound
+    error: str | None = None  # why the log could not be read at all
+    overflow: int = 0  # events in groups beyond MAX_GROUPS (counted, not kept)
+
+    @property
+    def readable(self) -> bool:
+        return self.error is None
+
+
+class _Grouper:
+    def __init__(self, after_us: int | None) -> None:
+        self.after_us = after_us
+        self.by_key: dict[tuple[object, ...], Group] = {}
+        self.overflow = 0
+
+    def add(self, event: Event) -> None:
+        if (
+            self.after_us is not None
+            and event.timestamp_us is not None
+            and event.timestamp_us <= self.after_us
+        ):
+            return
+        key = (event.kind, event.pci, event.code, event.fatal)
+        group = self.by_key.get(key)
+        if group is None:
+            if len(self.by_key) >= MAX_GROUPS:
+                self.overflow += 1
+                return
+            group = self.by_key[key] = Group(event)
+        group.count += 1
+        if event.timestamp_us is not None:
+            group.last_us = max(group.last_us or 0, event.timestamp_us)
+
+
+def boot_id(path: Path | None = None) -> str | None:
+    """This boot's identity (a UUID the kernel makes at boot), None where it cannot be read."""
+    try:
+        return (path or BOOT_ID).read_text().strip()[:64] or None
+    except OSError:
+        return None
+
+
+def scan(
+    path: Path | None = None,
+    *,
+    after_us: int | None = None,
+    deadline_s: float = 20.0,
+    max_bytes: int = MAX_BYTES,
+    commands: tuple[tuple[str, ...], ...] | None = None,
+) -> Scan:
+    """XID and SXid events of this boot, those after ``after_us`` (kernel time) only if given.
+
+    ``path`` reads a saved kernel log (dmesg's or journalctl's text) instead of the commands.
+    """
+    deadline = time.monotonic() + deadline_s
+    if path is not None:
+        try:
+            with path.open("rb") as stream:
+                return _summarise(str(path), _FileLines(stream, deadline, max_bytes), after_us)
+        except OSError as exc:
+            return Scan(str(path), error=f"cannot read {path}: {exc.strerror or exc}")
+    errors = []
+    commands = commands or (JOURNAL, DMESG)
+    for argv in commands:
+        reader = _CommandLines(argv, deadline, max_bytes)
+        result = _summarise(" ".join(argv[:4]), reader, after_us)
+        if reader.error is None and result.lines:
+            return result
+        if reader.error is None and not reader.complete:
+            reader.error = f"`{' '.join(argv)}` printed nothing within the time allowed"
+        errors.append(reader.error or f"`{' '.join(argv)}` printed nothing")
+    return Scan(" / ".join(" ".join(a[:3]) for a in commands), error="; ".join(errors))
+
+
+def _summarise(source: str, lines: _FileLines | _CommandLines, after_us: int | None) -> Scan:
+    grouper = _Grouper(after_us)
+    result = Scan(source)
+    for line in lines:
+        result.lines += 1
+        stamp = timestamp_us(line)
+        if stamp is not None:
+            result.last_us = stamp if result.last_us is None else max(result.last_us, stamp)
+        event = parse_line(line)
+        if event is not None:
+            grouper.add(event)
+    result.groups = list(grouper.by_key.values())
+    result.overflow = grouper.overflow
+    result.complete = lines.complete
+    return result
+
+
+class _FileLines:
+    """The lines of a saved log, read until its end, ``max_bytes`` or the deadline."""
+
+    def __init__(self, stream: BinaryIO, deadline: float, max_bytes: int) -> None:
+        self.stream = stream
+        self.deadline = deadline
+        self.max_bytes = max_bytes
+        self.complete = True
+
+    def __iter__(self) -> Iterator[str]:
+        read = 0
+        while raw := self.stream.readline(1 << 16):  # a longer "line" comes in pieces
+            read += len(raw)
+            if read > self.max_bytes or time.monotonic() > self.deadline:
+                self.complete = False
+                return
+            yield raw.decode("utf-8", "replace")
+
+
+class _CommandLines:
+    """The lines a command prints, read until EOF, ``max_bytes`` or the deadline; then killed."""
+
+    def __init__(self, argv: tuple[str, ...], deadline: float, max_bytes: int) -> None:
+        self.argv = argv
+        self.deadline = deadline
+        self.max_bytes = max_bytes
+        self.complete = True
+        self.error: str | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        env = {"PATH": os.environ.get("PATH") or SAFE_PATH, "LC_ALL": "C", "SYSTEMD_COLORS": "0"}
+        try:
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+        except OSError as exc:
+            self.error = f"`{self.argv[0]}` cannot run: {exc.strerror or exc}"
+            return
+        assert proc.stdout is not None and proc.stderr is not None
+        selector = selectors.DefaultSelector()
+        selector.register(proc.stdout, selectors.EVENT_READ, "out")
+        selector.register(proc.stderr, selectors.EVENT_READ, "err")
+        pending, stderr, read, open_streams = b"", b"", 0, 2
+        try:
+            while open_streams:
+                left = self.deadline - time.monotonic()
+                if left <= 0 or read > self.max_bytes:
+                    self.complete = False
+                    break
+                for key, _ in selector.select(timeout=min(left, 1.0)):
+                    chunk = os.read(key.fileobj.fileno(), 1 << 16)  # type: ignore[union-attr]
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        open_streams -= 1
+                    elif key.data == "err":
+                        stderr = (stderr + chunk)[-2048:]
+                    else:
+                        read += len(chunk)
+                        *lines, pending = (pending + chunk).split(b"\n")
+                        for line in lines:
+                            yield line.decode("utf-8", "replace")
+                        if len(pending) > 1 << 20:  # one absurd line: keep its start only
+                            pending = pending[: 1 << 16]
+            if pending and self.complete:
+                yield pending.decode("utf-8", "replace")
+        finally:
+            selector.close()
+            if not self.complete or open_streams:  # stopped early (bound, or the caller)
+                proc.kill()
+            code: int | None
+            try:  # the output is all read: the command is exiting, within what is left
+                code = proc.wait(timeout=max(0.5, self.deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                self.complete, code = False, None
+            proc.stdout.close()
+            proc.stderr.close()
+        if self.complete and code:
+            said = stderr.decode("utf-8", "replace").strip().splitlines()
+            why = said[-1] if said else f"exit {code}"
+            self.error = f"`{' '.join(self.argv)}` failed: {why}"

@@ -1,0 +1,172 @@
+"""One health-check run: the quick readings, judged by the acceptance rules, within a deadline.
+
+Nothing here measures: no benchmark, no framework, no GPU load. What is read, in order:
+
+* the NVIDIA GPUs on the PCI bus (sysfs) against those NVML can open: a GPU that fell off
+  the bus, or a driver that is not loaded, is a missing GPU and fails;
+* per GPU, NVML's memory health (uncorrectable ECC errors since the driver loaded, pending
+  or failed row remaps, pending page retirements: ``verdicts.memory_errors``, the rule the
+  ``nvml`` check of ``workloads accept`` uses), its NVLink error counters and its PCIe
+  replays (replays per minute since the last run);
+* the kernel log since the last run (:mod:`workloads.health.state` keeps the cursor) and
+  its XIDs/SXids with NVIDIA's action, and the PCIe AER counters (``errors`` check rules).
+
+NVML is read in a worker thread: a wedged GPU can hang an NVML call for minutes, and the
+run must end before slurmd kills it. A call that has not answered by its share of the
+deadline is a failure ("NVML did not answer"), and the run goes on without it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workloads.accept import errors, verdicts
+from workloads.accept.verdicts import FAIL, PASS, SKIP, Finding
+from workloads.hardware import aer, kernel_log, nvml_errors
+from workloads.hardware.nvml import GpuWatch, open_nvml, read_facts
+from workloads.health.state import OpenFailure, State
+
+CHECK = "health"
+SINCE = "since the last run"
+
+
+@dataclass
+class NvmlReading:
+    gpus: list[nvml_errors.GpuErrors] = field(default_factory=list)
+    memory: list[Finding] = field(default_factory=list)
+    opened: bool = False
+    error: str | None = None
+
+
+def _read_nvml(nvml: Any, out: NvmlReading) -> None:
+    try:
+        handle = open_nvml(nvml)
+        if handle is None:
+            return
+        out.opened = True
+        try:
+            out.gpus = nvml_errors.read_all(handle)
+            for gpu in out.gpus:
+                facts = read_facts(handle, gpu.index)
+                out.memory.append(verdicts.memory_errors(f"GPU {gpu.index}", GpuWatch(facts)))
+        finally:
+            handle.nvmlShutdown()
+    except Exception as exc:  # an NVML error mid-way is a finding, not a crash
+        out.error = f"{type(exc).__name__}: {exc}"
+
+
+def read_nvml(nvml: Any, timeout_s: float) -> tuple[NvmlReading, bool]:
+    """NVML's readings, or (partial, False) when it did not answer within ``timeout_s``."""
+    out = NvmlReading()
+    worker = threading.Thread(target=_read_nvml, args=(nvml, out), name="health-nvml", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    return out, not worker.is_alive()
+
+
+def gpu_count_finding(on_bus: list[str], reading: NvmlReading, answered: bool) -> Finding:
+    """The GPUs NVML reaches against the NVIDIA GPUs on the PCI bus."""
+    details = {"pci": on_bus, "nvml": len(reading.gpus)}
+    if not answered:
+        return Finding(CHECK, "host", "GPUs", FAIL, "NVML did not answer within the deadline: a "
+                       "GPU may have fallen off the bus or the driver is wedged; reboot the node",
+                       details=details)
+    if reading.error:
+        return Finding(CHECK, "host", "GPUs", FAIL, f"NVML failed ({reading.error}): check "
+                       "`nvidia-smi`; reset the GPU or reboot", details=details)
+    if not on_bus and not reading.gpus:
+        return Finding(CHECK, "host", "GPUs", SKIP, "no NVIDIA GPU on the PCI bus", details=details)
+    if on_bus and not reading.opened:
+        return Finding(CHECK, "host", "GPUs", FAIL, f"{len(on_bus)} NVIDIA GPUs on the PCI bus "
+                       "but NVML cannot be opened: the driver is not loaded; run `nvidia-smi`, "
+                       "reload the driver or reboot", len(reading.gpus), "GPUs", len(on_bus),
+                       details=details)
+    if len(reading.gpus) < len(on_bus):
+        reached = {g.pci for g in reading.gpus}
+        missing = ", ".join(b for b in on_bus if b not in reached) or "?"
+        return Finding(CHECK, "host", "GPUs", FAIL, f"NVML reaches {len(reading.gpus)} of the "
+                       f"{len(on_bus)} NVIDIA GPUs on the PCI bus (missing: {missing}): reboot "
+                       "the node; reseat or replace the GPU if it stays missing",
+                       len(reading.gpus), "GPUs", len(on_bus), details=details)
+    return Finding(CHECK, "host", "GPUs", PASS, f"{len(reading.gpus)} GPUs, all reachable "
+                   "through NVML", len(reading.gpus), "GPUs", len(on_bus) or None, details=details)
+
+
+@dataclass
+class Run:
+    findings: list[Finding]
+    state: State
+    scan: kernel_log.Scan
+    seconds: float
+
+
+def run(
+    state: State,
+    *,
+    kernel_log_path: Path | None,
+    sysfs: Path,
+    deadline_s: float,
+    since_boot: bool = False,
+    nvml: Any = None,
+) -> Run:
+    """Read and judge everything; returns the findings and the state to keep."""
+    start = time.monotonic()
+    boot = kernel_log.boot_id()
+    same_boot = state.boot_id is not None and state.boot_id == boot
+    if not same_boot:  # a reboot cleared whatever was open, and the log starts afresh
+        state.open, state.after_us, state.replays, state.replays_at = [], None, {}, None
+    state.boot_id = boot
+    after = None if since_boot else state.after_us
+
+    reading, answered = read_nvml(nvml, max(1.0, deadline_s * 0.4))
+    on_bus = aer.nvidia_gpus(sysfs)
+    left = max(1.0, deadline_s - (time.monotonic() - start) - 5.0)
+    scan = kernel_log.scan(kernel_log_path, after_us=after, deadline_s=left)
+    counters = {bdf: aer.read_gpu(bdf, sysfs) for bdf in on_bus}
+    readings = errors.Readings(scan, reading.gpus, counters, on_bus)
+
+    now = time.time()
+    minutes = (now - state.replays_at) / 60 if state.replays_at and same_boot else None
+    since = "since boot" if since_boot or after is None else SINCE
+    findings = [gpu_count_finding(on_bus, reading, answered), *reading.memory]
+    findings += errors.judge(
+        readings,
+        replay_minutes=minutes,
+        replay_baseline=state.replays if minutes else None,
+        since=since,
+    )
+    findings += _still_open(state, findings)
+
+    if scan.readable and scan.last_us is not None and not since_boot:
+        state.after_us = max(state.after_us or 0, scan.last_us)
+    if answered:
+        state.replays = {
+            g.pci: g.pcie_replays for g in reading.gpus if g.pci and g.pcie_replays is not None
+        }
+        state.replays_at = now
+    return Run(findings, state, scan, time.monotonic() - start)
+
+
+def _still_open(state: State, findings: list[Finding]) -> list[Finding]:
+    """Fail again for what earlier runs found and nobody has cleared; remember the new ones."""
+    events = [f for f in findings if f.verdict == FAIL and f.item.startswith(("XID", "SXid"))]
+    known = {(o.device, o.item) for o in state.open}
+    now = time.time()
+    for finding in events:
+        if (finding.device, finding.item) not in known:
+            action = str(finding.details.get("action", ""))
+            state.open.append(
+                OpenFailure(finding.device, finding.item, finding.reason, action, now)
+            )
+    fresh = {(f.device, f.item) for f in events}
+    return [
+        Finding(CHECK, o.device, o.item, FAIL, f"still open from an earlier run: {o.action}; when "
+                "it is done, run `workloads health --clear` (a reboot clears it too)",
+                details={"first_reason": o.reason, "seen_at": o.seen_at})
+        for o in state.open
+        if (o.device, o.item) not in fresh
+    ]
