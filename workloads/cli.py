@@ -24,7 +24,7 @@ from workloads.errors import OutOfMemory, WorkloadError, is_out_of_memory
 COMMANDS: dict[str, str] = {
     "check": "workloads.check",
     "accept": "workloads.accept.command",
-    "health": "workloads.health.command",
+    "health": "workloads.accept.health.command",
     "cifar10": "workloads.cifar10.command",
     "style": "workloads.style.command",
     "sweep": "workloads.sweep.command",

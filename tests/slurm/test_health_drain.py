@@ -28,7 +28,7 @@ import pytest
 
 from tests.slurm.conftest import CLUSTER, REPO, free_port_pair
 from tests.workloads import kernel_log_fixture as klog
-from workloads.health import slurm
+from workloads.accept.health import slurm
 
 WORKLOADS = Path(sys.executable).parent / "workloads"
 NODE = "localhost"

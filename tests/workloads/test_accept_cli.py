@@ -97,6 +97,7 @@ def test_the_cpu_battery_runs_every_check_and_exits_0(tensorflow_run: Run) -> No
         "p2p",
         "training",
         "nvml",
+        "errors",
         "dcgm",
         "soak",
         "host",

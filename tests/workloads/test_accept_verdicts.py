@@ -426,7 +426,7 @@ def test_an_unknown_check_is_one_line_with_a_suggestion() -> None:
     [line] = done.stderr.strip().splitlines()
     assert line == (
         "workloads accept: error: unknown check 'matmull'; did you mean 'matmul'? "
-        "choose from matmul, membw, transfer, allreduce, training, nvml, dcgm"
+        "choose from matmul, membw, transfer, allreduce, p2p, training, nvml, errors, dcgm, soak"
     )
     assert len(line) < 200
 

@@ -27,10 +27,10 @@ from tests.workloads import kernel_log_fixture as klog
 from tests.workloads.conftest import REPO
 from tests.workloads.sysfs_fixture import pci_tree
 from tests.workloads.test_accept_errors import GPU0, GPU1, AtBus, readings_file, zero_links
+from workloads.accept.health import command, slurm
+from workloads.accept.health import state as health_state
 from workloads.cli import build_parser, main
 from workloads.hardware import kernel_log
-from workloads.health import command, slurm
-from workloads.health import state as health_state
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ Nothing here measures: no benchmark, no framework, no GPU load. What is read, in
   or failed row remaps, pending page retirements: ``verdicts.memory_errors``, the rule the
   ``nvml`` check of ``workloads accept`` uses), its NVLink error counters and its PCIe
   replays (replays per minute since the last run);
-* the kernel log since the last run (:mod:`workloads.health.state` keeps the cursor) and
+* the kernel log since the last run (:mod:`workloads.accept.health.state` keeps the cursor) and
   its XIDs/SXids with NVIDIA's action, and the PCIe AER counters (``errors`` check rules).
 
 NVML is read in a worker thread: a wedged GPU can hang an NVML call for minutes, and the
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from workloads.accept import errors, verdicts
+from workloads.accept.health.state import OpenFailure, State
 from workloads.accept.verdicts import FAIL, PASS, SKIP, Finding
 from workloads.hardware import aer, kernel_log, nvml_errors
 from workloads.hardware.nvml import GpuWatch, open_nvml, read_facts
-from workloads.health.state import OpenFailure, State
 
 CHECK = "health"
 SINCE = "since the last run"

@@ -119,9 +119,9 @@ def _summary(failures: list[Any]) -> str:
 
 
 def run(args: argparse.Namespace, nvml: Any = None) -> int:
+    from workloads.accept.health import check, slurm, state
     from workloads.accept.verdicts import FAIL, SEVERITY, worst
     from workloads.hardware import aer
-    from workloads.health import check, slurm, state
 
     _check_inputs(args)
     node = slurm.node_name(args.node) if args.slurm else None
