@@ -37,4 +37,4 @@ def summary_line(fleet: FleetVerdict) -> str:
         line += f"; fail: {', '.join(failing[:10])}{' ...' if len(failing) > 10 else ''}"
     if warning:
         line += f"; warn: {', '.join(warning[:10])}{' ...' if len(warning) > 10 else ''}"
-    return line
+    return line + (f"\n{fleet.note}" if fleet.note else "")
