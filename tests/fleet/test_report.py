@@ -140,3 +140,26 @@ def test_the_scale_bench_prints_and_records_its_figures(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
+
+def test_the_rates_bench_prints_and_records_false_positives_and_misses(tmp_path: Path) -> None:
+    """`workloads bench fleet --rates N` end to end on a few fleets of two-GPU hosts."""
+    out = tmp_path / "rates.json"
+    result = subprocess.run([sys.executable, "-m", "workloads", "bench", "fleet", "--rates", "2",
+                             "--gpus", "2", "--output", str(out)],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "healthy hosts not pass" in result.stdout
+    scenarios = {s["scenario"]: s for s in json.loads(out.read_text())["scenarios"]}
+    assert scenarios["healthy"]["false_positive_rate"] == 0.0
+    assert scenarios["healthy"]["miss_rate"] is None
+    for name in ("a GPU missing", "1 NVLink down", "a GPU 20 % slow", "a check missing",
+                 "an empty record"):
+        assert scenarios[name]["miss_rate"] == 0.0, scenarios[name]
+        assert scenarios[name]["fleets"] == 2
+    for args, words in ((["--rates", "0"], "--rates: must be > 0"),
+                        (["--rates", "2", "--noise", "50"], "--noise: must be at least 0 and "
+                                                             "below 50")):
+        bad = subprocess.run([sys.executable, "-m", "workloads", "bench", "fleet", *args],
+                             capture_output=True, text=True, timeout=120, check=False)
+        lines = bad.stderr.strip().splitlines()
+        assert bad.returncode == 2 and len(lines) == 1 and words in lines[0], bad.stderr
