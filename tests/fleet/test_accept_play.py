@@ -63,7 +63,8 @@ def fleet_run(cpu_image: str,
         inventory = work / "inventory.yml"
         inventory.write_text(yaml.safe_dump({"all": {"children": {"fleet": {"hosts": {
             host: {"ansible_connection": "community.docker.docker", "ansible_host": name,
-                   "ansible_python_interpreter": "/usr/bin/python3"}
+                   "ansible_python_interpreter": "/usr/bin/python3",
+                   "acceptance_expected_gpus": 0}  # CPU stand-ins: the inventory says none
             for host, name in containers.items()}}}}}))
         results = work / "acceptance"
         run = run_playbook(
@@ -86,6 +87,9 @@ def test_the_play_finishes_every_host_and_records_the_broken_one(
     run, directory = fleet_run
     assert run.returncode == 0, run.explain()
     assert sorted(p.stem for p in directory.glob("*.json")) == sorted((*HEALTHY, SLOW, BROKEN))
+    for host in (*HEALTHY, SLOW):  # the inventory's GPU count, written into each record
+        fetched = json.loads((directory / f"{host}.json").read_text())
+        assert fetched["inventory"] == {"expected_gpus": 0} and fetched["status"] == "done"
     broken = json.loads((directory / f"{BROKEN}.json").read_text())
     assert broken["status"] == "error"
     assert "/opt/venv/bin/workloads" in broken["error"]
