@@ -90,6 +90,13 @@ def test_the_play_finishes_every_host_and_records_the_broken_one(
     for host in (*HEALTHY, SLOW):  # the inventory's GPU count, written into each record
         fetched = json.loads((directory / f"{host}.json").read_text())
         assert fetched["inventory"] == {"expected_gpus": 0} and fetched["status"] == "done"
+    report = json.loads((directory / "report" / "fleet.json").read_text())
+    passing = sorted(h["host"] for h in report["hosts"] if h["verdict"] == "pass")
+    baselines = directory.parent / "baselines"  # the passing hosts' records, as fetched
+    assert sorted(p.stem for p in baselines.glob("*.json")) == passing
+    for host in passing:
+        fetched = (directory / f"{host}.json").read_bytes()
+        assert (baselines / f"{host}.json").read_bytes() == fetched
     broken = json.loads((directory / f"{BROKEN}.json").read_text())
     assert broken["status"] == "error"
     assert "/opt/venv/bin/workloads" in broken["error"]

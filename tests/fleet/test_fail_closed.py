@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.fleet.records import finding, record, write
+from workloads.cli import main
 from workloads.fleet.command import render_fleet
 from workloads.fleet.load import host_from_record
 from workloads.fleet.verdict import judge
@@ -208,18 +209,13 @@ def test_a_slow_gpu_is_one_line_with_its_rows_a_click_away(tmp_path: Path) -> No
            "checks</summary><ul><li>GPU 3 matmul bfloat16 " in page
 
 
-def _workloads(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workloads", "report", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
-
-
-def test_a_fleet_where_every_host_stands_alone_says_so_first(tmp_path: Path) -> None:
+def test_a_fleet_where_every_host_stands_alone_says_so_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = write(tmp_path / "run", [record("h0", model="NVIDIA H100 80GB HBM3"),
                                    record("h1", model="NVIDIA A100-SXM4-80GB"),
                                    record("h2", model="NVIDIA H200")])
-    result = _workloads("--fleet", str(run), "--output", str(tmp_path / "out"))
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    assert main(["report", "--fleet", str(run), "--output", str(tmp_path / "out")]) == 0
+    lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "fleet: 3 pass, 0 warn, 0 fail"
     assert lines[1].startswith("Every host stands alone: 3 host(s)")
     markdown = (tmp_path / "out" / "fleet.md").read_text().splitlines()

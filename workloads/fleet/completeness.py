@@ -7,10 +7,10 @@ healthy. Compared with the host's group (same GPU model) or with the inventory's
 GPU count, each is a `fail` with one line that names it:
 
 * fewer GPUs than the inventory declares (`acceptance_expected_gpus`), or, where it declares
-  nothing, than most of the group's hosts have ("7 GPUs where its group has 8"); a host that
-  sees no GPU in a run whose other hosts have them;
-* a GPU with fewer NVLinks up than its board has (where the battery judged the links) or
-  than its group's GPUs have ("NVLink: 17 of 18 links up on GPU 3");
+  nothing, than most of the group's hosts have ("7 GPUs where its group has 8") or its own
+  baseline has; a host that sees no GPU in a run whose other hosts have them;
+* a GPU with fewer NVLinks up than its board has (where the battery judged the links), than
+  its group's GPUs have, or than its own baseline ("NVLink: 17 of 18 links up on GPU 3");
 * a row (check and item) that at least half of its group has and it lacks, or holds without
   a figure ("no allreduce figure"), and a per-GPU row that its other GPUs have and one lacks.
 """
@@ -18,10 +18,12 @@ GPU count, each is a `fail` with one line that names it:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from workloads.fleet.baselines import comparable, since
 from workloads.fleet.load import PERFORMANCE_CHECKS
 from workloads.fleet.model import Host, Link, Reason
+from workloads.fleet.reasons import device_list
 
 CHECK_NAMES = {"allreduce": "all-reduce", "membw": "memory bandwidth", "nvml": "NVML",
                "dcgm": "DCGM", "host": "other-load"}
@@ -31,29 +33,41 @@ def _gpus(count: int) -> str:
     return f"{count} GPU{'' if count == 1 else 's'}"
 
 
-def device_list(devices: list[str]) -> str:
-    """ "GPU 3", "GPUs 0, 2", "GPUs 0–7": GPU labels compressed into ranges."""
-    numbers = sorted({int(d.split()[-1]) for d in devices if d.split()[-1].isdigit()})
-    others = sorted(d for d in devices if not d.split()[-1].isdigit())
-    if len(numbers) + len(others) == 1:
-        return devices[0]
-    runs: list[str] = []
-    for n in numbers:
-        if runs and runs[-1].split("–")[-1] == str(n - 1):
-            runs[-1] = f"{runs[-1].split('–')[0]}–{n}"
-        else:
-            runs.append(str(n))
-    return "GPUs " + ", ".join(runs + others)
-
-
 def _majority(counts: list[int]) -> int:
     """The most common value; a tie goes to the larger (fail closed: fewer is the fault)."""
     tally = Counter(counts)
     return max(tally, key=lambda value: (tally[value], value))
 
 
-def gpu_count_reasons(host: Host, group: list[Host], fleet_gpu_hosts: int) -> list[Reason]:
-    """Fewer GPUs than the inventory declares, or than the group's majority."""
+@dataclass
+class Group:
+    """What a group's hosts usually have, counted once (not once per host: a fleet of 1,000
+    hosts would count a million times)."""
+
+    hosts: list[Host]
+    gpus: int | None  # the majority's GPU count
+    links: int | None  # the usual NVLinks up per GPU, where two hosts or more have links
+    holders: Counter[str]  # row key: hosts holding it
+    figure_holders: Counter[str]  # row key: hosts holding it with a figure
+    per_gpu: set[str]  # row keys the group's hosts hold on several GPUs each
+
+    @classmethod
+    def of(cls, hosts: list[Host]) -> Group:
+        peers = [link.active for h in hosts for link in h.links]
+        return cls(hosts=hosts, gpus=_majority([h.gpus for h in hosts]) if hosts else None,
+                   links=_majority(peers) if sum(1 for h in hosts if h.links) >= 2 else None,
+                   holders=Counter(key for h in hosts for key in h.rows),
+                   figure_holders=Counter(key for h in hosts for key in h.figure_keys),
+                   per_gpu=_per_gpu_keys(hosts))
+
+    @property
+    def size(self) -> int:
+        return len(self.hosts)
+
+
+def gpu_count_reasons(host: Host, group: Group, fleet_gpu_hosts: int,
+                      baseline: Host | None = None) -> list[Reason]:
+    """Fewer GPUs than the inventory declares, or than the group's majority or its baseline."""
     if host.expected_gpus is not None:
         if host.gpus < host.expected_gpus:
             return [Reason("fail", f"{_gpus(host.gpus)} where the inventory declares "
@@ -62,47 +76,45 @@ def gpu_count_reasons(host: Host, group: list[Host], fleet_gpu_hosts: int) -> li
             return [Reason("warn", f"{_gpus(host.gpus)} where the inventory declares "
                                    f"{host.expected_gpus}: correct acceptance_expected_gpus")]
         return []
-    if host.gpus == 0:
-        others = fleet_gpu_hosts
-        if others:
-            return [Reason("fail", f"no GPU visible, where {others} other host"
-                                   f"{'' if others == 1 else 's'} of this run have GPUs (a host "
-                                   "without GPUs: declare acceptance_expected_gpus: 0)")]
-        return []
-    if len(group) < 2:
-        return []
-    majority = _majority([h.gpus for h in group])
-    if host.gpus < majority:
+    if host.gpus == 0 and fleet_gpu_hosts:
+        return [Reason("fail", f"no GPU visible, where {fleet_gpu_hosts} other host"
+                               f"{'' if fleet_gpu_hosts == 1 else 's'} of this run have GPUs (a "
+                               "host without GPUs: declare acceptance_expected_gpus: 0)")]
+    majority = group.gpus
+    if group.size >= 2 and majority is not None and host.gpus < majority:
         return [Reason("fail", f"{_gpus(host.gpus)} where its group has {majority}",
-                       (f"{sum(1 for h in group if h.gpus == majority)} of the group's "
-                        f"{len(group)} hosts have {majority}; this host's record lists "
+                       (f"{sum(1 for h in group.hosts if h.gpus == majority)} of the group's "
+                        f"{group.size} hosts have {majority}; this host's record lists "
                         f"{_gpus(host.gpus)}",))]
+    if baseline is not None and host.gpus < baseline.gpus:
+        return [Reason("fail", f"{_gpus(host.gpus)} where {since(baseline)} has "
+                               f"{baseline.gpus}")]
     return []
 
 
-def link_reasons(host: Host, group: list[Host]) -> list[Reason]:
-    """GPUs with fewer NVLinks up than their board has, or than the group's GPUs have.
+def link_reasons(host: Host, group: Group, baseline: Host | None = None) -> list[Reason]:
+    """GPUs with fewer NVLinks up than their board, the group's GPUs, or the baseline has.
 
     The board's count counts where the battery judged the links; where it did not (one
-    visible GPU, a board it has no reference for), the group's usual count still does.
+    visible GPU, a board it has no reference for), the group's usual count and the host's
+    own baseline still do. Each shortfall is one line, against the first reference it
+    falls short of.
     """
-    peers = [link.active for h in group for link in h.links]
-    usual = _majority(peers) if len({h.name for h in group if h.links}) >= 2 else None
-    short: dict[tuple[int, int | None], list[Link]] = defaultdict(list)
+    usual = group.links
+    before = {link.device: link.active for link in baseline.links} if baseline else {}
+    short: dict[tuple[str, str], list[Link]] = defaultdict(list)  # (count, against): links
     for link in host.links:
-        below_board = link.judged and link.board is not None and link.active < link.board
-        below_group = usual is not None and link.active < usual
-        if below_board or below_group:
-            board = link.board if link.board is not None and link.active < link.board else None
-            short[(link.active, board)].append(link)
-    reasons = []
-    for (active, board), links in short.items():
-        where = device_list([link.device for link in links])
-        reasons.append(Reason("fail", f"NVLink: {active} of {board} links up on {where}"
-                              if board is not None else
-                              f"NVLink: {active} links up on {where} where its group's GPUs "
-                              f"have {usual}"))
-    return reasons
+        board = f" of {link.board}" if link.board is not None else ""
+        if link.judged and link.board is not None and link.active < link.board:
+            short[(f"{link.active}{board}", "")].append(link)
+        elif usual is not None and link.active < usual:
+            short[(f"{link.active}{board}", f" where its group's GPUs have {usual}")].append(link)
+        elif baseline is not None and link.active < before.get(link.device, 0):
+            short[(f"{link.active}", f" where {since(baseline)} has "
+                                     f"{before[link.device]}")].append(link)
+    return [Reason("fail", f"NVLink: {count} links up on "
+                           f"{device_list([link.device for link in links])}{against}")
+            for (count, against), links in short.items()]
 
 
 def _check_of(key: str) -> str:
@@ -117,7 +129,7 @@ def _name(check: str) -> str:
     return CHECK_NAMES.get(check, check)
 
 
-def missing_row_reasons(host: Host, group: list[Host]) -> list[Reason]:
+def missing_row_reasons(host: Host, group: Group) -> list[Reason]:
     """Rows (check and item) that at least half the group has, and this host lacks.
 
     Per check, one line: "no all-reduce figure" when the host has none of the check's rows
@@ -126,25 +138,23 @@ def missing_row_reasons(host: Host, group: list[Host]) -> list[Reason]:
     rows one of the host's GPUs lacks.
     """
     lacking: dict[str, list[tuple[str, str]]] = defaultdict(list)  # check -> (item, evidence)
-    holders = Counter(key for h in group for key in h.rows)
-    if len(group) >= 2:
-        figure_holders = Counter(key for h in group for key in h.figure_keys)
+    holders, size = group.holders, group.size
+    if size >= 2:
         for key, count in sorted(holders.items()):
-            needs_figure = figure_holders[key] * 2 >= len(group)
-            if key not in host.rows and count * 2 >= len(group):
+            with_figure = group.figure_holders[key]
+            if key not in host.rows and count * 2 >= size:
                 lacking[_check_of(key)].append(
-                    (_item_of(key), f"{key}: no row; {count} of the group's {len(group)} hosts "
+                    (_item_of(key), f"{key}: no row; {count} of the group's {size} hosts "
                                     "have one"))
-            elif key in host.rows and key not in host.figure_keys and needs_figure:
+            elif key in host.rows and key not in host.figure_keys and with_figure * 2 >= size:
                 lacking[_check_of(key)].append(
                     (_item_of(key), f"{key}: no figure ({host.row_notes.get(key, '')}); "
-                                    f"{figure_holders[key]} of the group's {len(group)} hosts "
-                                    "have one"))
+                                    f"{with_figure} of the group's {size} hosts have one"))
     reasons = []
     for check, items in lacking.items():
         noun = "figure" if check in PERFORMANCE_CHECKS else "row"
         expected = sum(1 for key, count in holders.items()
-                       if _check_of(key) == check and count * 2 >= len(group))
+                       if _check_of(key) == check and count * 2 >= size)
         if len(items) >= expected:
             text = f"no {_name(check)} {noun}"
         elif len(items) == 1:
@@ -162,25 +172,27 @@ def missing_row_reasons(host: Host, group: list[Host]) -> list[Reason]:
     return reasons + _missing_on_gpus(host, group)
 
 
-def _per_gpu_keys(group: list[Host]) -> set[str]:
+def _per_gpu_keys(hosts: list[Host]) -> set[str]:
     """Rows the group's hosts hold on several GPUs each (not, say, training on GPU 0 alone)."""
     several: Counter[str] = Counter()
     holding: Counter[str] = Counter()
-    for h in group:
+    for h in hosts:
+        gpus = set(h.gpu_devices)
         for key, devices in h.rows.items():
-            on_gpus = sum(1 for d in devices if d in h.gpu_devices)
+            on_gpus = len(devices & gpus)
             if on_gpus:
                 holding[key] += 1
                 several[key] += on_gpus >= 2
     return {key for key, count in holding.items() if several[key] * 2 > count}
 
 
-def _missing_on_gpus(host: Host, group: list[Host]) -> list[Reason]:
+def _missing_on_gpus(host: Host, group: Group) -> list[Reason]:
     """Per-GPU rows that some of the host's GPUs have and others lack."""
     gaps: dict[str, list[str]] = defaultdict(list)
-    for key in sorted(_per_gpu_keys(group) & set(host.rows)):
+    gpus = set(host.gpu_devices)
+    for key in sorted(group.per_gpu & set(host.rows)):
         devices = host.rows[key]
-        if not any(d in host.gpu_devices for d in devices):
+        if not devices & gpus:
             continue
         for device in host.gpu_devices:
             if device not in devices:
@@ -195,25 +207,28 @@ def _missing_on_gpus(host: Host, group: list[Host]) -> list[Reason]:
     return reasons
 
 
-def completeness(hosts: list[Host]) -> dict[str, list[Reason]]:
+def completeness(hosts: list[Host],
+                 baselines: dict[str, Host] | None = None) -> dict[str, list[Reason]]:
     """Every host's record defects and missing GPUs, links and rows (group and inventory).
 
     A record the battery did not finish (or that holds nothing) lacks rows because of that
     one cause: its missing rows become the evidence of the record's own reason, not lines
     of their own.
     """
-    groups: dict[str, list[Host]] = defaultdict(list)
+    members: dict[str, list[Host]] = defaultdict(list)
     for host in hosts:
         if host.ran:
-            groups[host.group].append(host)
+            members[host.group].append(host)
+    groups = {name: Group.of(group) for name, group in members.items()}
     gpu_hosts = sum(1 for h in hosts if h.ran and h.gpus > 0)
     out: dict[str, list[Reason]] = {}
     for host in hosts:
         if not host.ran:
             continue
         group = groups[host.group]
-        hardware = [*gpu_count_reasons(host, group, gpu_hosts - (host.gpus > 0)),
-                    *link_reasons(host, group)]
+        baseline = comparable(host, (baselines or {}).get(host.name))
+        hardware = [*gpu_count_reasons(host, group, gpu_hosts - (host.gpus > 0), baseline),
+                    *link_reasons(host, group, baseline)]
         rows = missing_row_reasons(host, group)
         problems = list(host.problems)
         if host.partial and problems:

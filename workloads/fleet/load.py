@@ -213,7 +213,8 @@ def host_from_record(name: str, record: dict[str, Any]) -> Host:
                 gpu_devices=labels if len(labels) == gpus else [f"GPU {i}" for i in range(gpus)],
                 links=links, rows=rows, row_notes=notes, figure_keys=with_figure,
                 selected=[str(c) for c in selected] if isinstance(selected, list) else [],
-                partial=bool(partial), problems=[*partial, *broken, *bad_expectation])
+                partial=bool(partial), problems=[*partial, *broken, *bad_expectation],
+                started_at=str(record["started_at"])[:40] if record.get("started_at") else None)
 
 
 def load_fleet(directory: Path) -> list[Host]:

@@ -85,6 +85,7 @@ class Host:
     selected: list[str] = field(default_factory=list)
     partial: bool = False
     problems: list[Reason] = field(default_factory=list)
+    started_at: str | None = None
 
     @property
     def ran(self) -> bool:

@@ -3,15 +3,17 @@
 A host is `fail` when its battery did not run or left a partial record, when it lacks a GPU,
 an NVLink or a row its group has (`completeness`), when a check failed against its
 hardware's limit (the battery's own verdict), or when a figure is 30 % or more below the
-other hosts of its group; `warn` when a check warned or a figure is an outlier by less;
-`pass` otherwise. Every reason is one line per cause that names the device and the figure,
-so the report can be acted on without opening the record.
+other hosts of its group or its own baseline; `warn` when a check warned or a figure is an
+outlier by less, or 5 % or more below its own baseline (`baselines`); `pass` otherwise.
+Every reason is one line per cause that names the device and the figure, so the report can
+be acted on without opening the record.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from workloads.fleet.baselines import baseline_reasons
 from workloads.fleet.completeness import completeness
 from workloads.fleet.model import (
     VERDICT_ORDER,
@@ -26,13 +28,16 @@ from workloads.fleet.outliers import MIN_GROUP, group_statistics
 from workloads.fleet.reasons import datasheet_reasons, outlier_reasons
 
 
-def judge(hosts: list[Host]) -> FleetVerdict:
-    """The fleet's verdict: every host's, with the reasons, the statistics and a note."""
+def judge(hosts: list[Host], baselines: dict[str, Host] | None = None) -> FleetVerdict:
+    """The fleet's verdict: every host's, with the reasons, the statistics and a note.
+
+    `baselines` (host name to its accepted record) adds each host's drift from its own.
+    """
     stats, outliers, small = group_statistics(hosts)
     by_host: dict[str, list[Outlier]] = defaultdict(list)
     for outlier in outliers:
         by_host[outlier.figure.host].append(outlier)
-    missing = completeness(hosts)
+    missing = completeness(hosts, baselines)
     verdicts = []
     for host in sorted(hosts, key=lambda h: h.name):
         if not host.ran:
@@ -42,7 +47,8 @@ def judge(hosts: list[Host]) -> FleetVerdict:
         reasons: list[Reason] = [*missing.get(host.name, []),
                                  *datasheet_reasons(host.figures),
                                  *(Reason(level, text) for level, text in host.findings),
-                                 *outlier_reasons(host, by_host.get(host.name, []))]
+                                 *outlier_reasons(host, by_host.get(host.name, [])),
+                                 *baseline_reasons(host, (baselines or {}).get(host.name))]
         reasons.sort(key=lambda r: -VERDICT_ORDER.get(r.level, 0))
         verdicts.append(HostVerdict(host.name, host.group, worst([r.level for r in reasons]),
                                     [r.line() for r in reasons],
