@@ -108,7 +108,8 @@ def link_reasons(host: Host, group: Group, baseline: Host | None = None) -> list
         if link.judged and link.board is not None and link.active < link.board:
             short[(f"{link.active}{board}", "")].append(link)
         elif usual is not None and link.active < usual:
-            short[(f"{link.active}{board}", f" where its group's GPUs have {usual}")].append(link)
+            against = "" if link.board == usual else f" where its group's GPUs have {usual}"
+            short[(f"{link.active}{board}", against)].append(link)
         elif baseline is not None and link.active < before.get(link.device, 0):
             short[(f"{link.active}", f" where {since(baseline)} has "
                                      f"{before[link.device]}")].append(link)
