@@ -229,3 +229,24 @@ def test_a_fleet_where_every_host_stands_alone_says_so_first(
 def test_a_fleet_with_siblings_has_no_such_note(tmp_path: Path) -> None:
     fleet = judge([host_from_record(f"h{i}", record(f"h{i}")) for i in range(3)])
     assert fleet.note is None
+
+
+def test_rows_that_only_report_a_problem_are_nobody_elses_due() -> None:
+    """The battery writes an XID row, or a slow GPU pair's row, only where it happened: a
+    sibling without one lacks nothing, nor do a host's other GPUs (the row shapes of
+    workloads/accept/errors.py and p2p.py)."""
+    records = [record(f"h{i}", gpus=4) for i in range(2)]
+    for rec in records:
+        rec["findings"].append(finding("errors", "host", "kernel log", None, verdict="pass",
+                                       reason="journal: no XID or SXid since boot"))
+    records[0]["findings"] += [
+        finding("errors", f"GPU {g}", "XID 79", None, verdict="fail",
+                reason="GPU has fallen off the bus: reset the GPU, then drain and RMA")
+        for g in (1, 2)]
+    records[0]["findings"].append(finding("p2p", "GPUs ×4", "GPU 0 → GPU 3", 12.0, unit="GB/s",
+                                          limit=300.0, verdict="warn", reason="4% of 300 GB/s"))
+    fleet = judge([host_from_record(r["env"]["host"], r) for r in records])
+    verdicts = {v.host: v for v in fleet.verdicts}
+    assert (verdicts["h1"].verdict, verdicts["h1"].reasons) == ("pass", [])
+    assert all("no " not in reason for reason in verdicts["h0"].reasons), verdicts["h0"].reasons
+    assert verdicts["h0"].verdict == "fail"  # the XID itself, the battery's own verdict

@@ -47,18 +47,25 @@ class Group:
     hosts: list[Host]
     gpus: int | None  # the majority's GPU count
     links: int | None  # the usual NVLinks up per GPU, where two hosts or more have links
-    holders: Counter[str]  # row key: hosts holding it
+    holders: Counter[str]  # row key: hosts holding it (rows every healthy host has)
     figure_holders: Counter[str]  # row key: hosts holding it with a figure
     per_gpu: set[str]  # row keys the group's hosts hold on several GPUs each
 
     @classmethod
     def of(cls, hosts: list[Host]) -> Group:
+        """The group's facts. A row that no host holds but to report a problem (an XID event,
+        a slow GPU pair: the battery writes those only when they happen) is nobody's due."""
         peers = [link.active for h in hosts for link in h.links]
+        holders = Counter(key for h in hosts for key in h.rows)
+        healthy = Counter(key for h in hosts for key in h.rows if key not in h.problem_rows)
+        due = Counter({key: count for key, count in holders.items()
+                       if healthy[key] or _check_of(key) in PERFORMANCE_CHECKS})
         return cls(hosts=hosts, gpus=_majority([h.gpus for h in hosts]) if hosts else None,
                    links=_majority(peers) if sum(1 for h in hosts if h.links) >= 2 else None,
-                   holders=Counter(key for h in hosts for key in h.rows),
-                   figure_holders=Counter(key for h in hosts for key in h.figure_keys),
-                   per_gpu=_per_gpu_keys(hosts))
+                   holders=due,
+                   figure_holders=Counter(key for h in hosts for key in h.figure_keys
+                                          if key in due),
+                   per_gpu=_per_gpu_keys(hosts) & set(due))
 
     @property
     def size(self) -> int:

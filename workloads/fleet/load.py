@@ -151,18 +151,23 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _row_inventory(record: dict[str, Any]) -> tuple[dict[str, set[str]], dict[str, str], set[str]]:
-    """Which rows the record holds on which devices, a note for each, and which have figures."""
+def _row_inventory(record: dict[str, Any]) -> tuple[dict[str, set[str]], dict[str, str], set[str],
+                                                   set[str]]:
+    """Which rows the record holds on which devices, a note for each, which have figures, and
+    which only report a problem (every row of that name `warn` or `fail`)."""
     rows: dict[str, set[str]] = {}
     notes: dict[str, str] = {}
     with_figure: set[str] = set()
+    healthy: set[str] = set()
     for row in _rows(record):
         key = row_key(row)
         rows.setdefault(key, set()).add(str(row.get("device") or ""))
         notes.setdefault(key, f"{row.get('verdict', '?')}: {row.get('reason', '')}".strip())
         if _number(row.get("value")) is not None:  # NaN too: its own reason names it
             with_figure.add(key)
-    return rows, notes, with_figure
+        if row.get("verdict") not in ("warn", "fail"):
+            healthy.add(key)
+    return rows, notes, with_figure, set(rows) - healthy
 
 
 def _record_problems(record: dict[str, Any]) -> list[Reason]:
@@ -203,7 +208,7 @@ def host_from_record(name: str, record: dict[str, Any]) -> Host:
     figures, broken = _figures(name, record)
     links = _links(record)
     expected, bad_expectation = _expected_gpus(record)
-    rows, notes, with_figure = _row_inventory(record)
+    rows, notes, with_figure, problem_rows = _row_inventory(record)
     labels = [str(d.get("label")) for d in record.get("devices") or []
               if isinstance(d, dict) and GPU_LABEL.fullmatch(str(d.get("label")))]
     selected = record.get("checks_selected")
@@ -212,6 +217,7 @@ def host_from_record(name: str, record: dict[str, Any]) -> Host:
                 findings=_findings(record, links), gpus=gpus, expected_gpus=expected,
                 gpu_devices=labels if len(labels) == gpus else [f"GPU {i}" for i in range(gpus)],
                 links=links, rows=rows, row_notes=notes, figure_keys=with_figure,
+                problem_rows=problem_rows,
                 selected=[str(c) for c in selected] if isinstance(selected, list) else [],
                 partial=bool(partial), problems=[*partial, *broken, *bad_expectation],
                 started_at=str(record["started_at"])[:40] if record.get("started_at") else None)

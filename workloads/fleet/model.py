@@ -65,7 +65,8 @@ class Host:
 
     Beside the figures it keeps what a fault removes, so the fleet can fail a host for what
     is missing: its GPU count (and the inventory's, where declared), each GPU's NVLinks, which
-    rows (check and item) it has on which devices, the checks the battery was asked to run,
+    rows (check and item) it has on which devices (and which of them only report a problem,
+    such as an XID event: rows a healthy host does not have), the checks it was asked to run,
     and the record's own defects (`problems`: a partial record (`partial`), a figure that is
     not a number).
     """
@@ -82,6 +83,7 @@ class Host:
     rows: dict[str, set[str]] = field(default_factory=dict)
     row_notes: dict[str, str] = field(default_factory=dict)
     figure_keys: set[str] = field(default_factory=set)
+    problem_rows: set[str] = field(default_factory=set)
     selected: list[str] = field(default_factory=list)
     partial: bool = False
     problems: list[Reason] = field(default_factory=list)
