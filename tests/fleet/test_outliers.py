@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import statistics
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.fleet.records import finding, record
 from workloads.fleet.load import host_from_record
-from workloads.fleet.model import Figure
-from workloads.fleet.outliers import MIN_GAP, bounds, group_statistics, is_outlier, robust_z
+from workloads.fleet.model import Figure, Host
+from workloads.fleet.outliers import (
+    FAIL_GAP,
+    MIN_GAP,
+    bounds,
+    group_statistics,
+    is_outlier,
+    median_without,
+    robust_z,
+)
 
 
 def _figure(value: float, higher_is_better: bool = True) -> Figure:
@@ -16,19 +27,62 @@ def _figure(value: float, higher_is_better: bool = True) -> Figure:
                   higher_is_better=higher_is_better)
 
 
-def test_the_modified_z_score_is_iglewicz_and_hoaglins() -> None:
-    # 0.6745 (x - median) / MAD: 10 below a median of 100 with MAD 2 is -3.3725.
-    assert robust_z(90.0, 100.0, 2.0) == 0.6745 * -10 / 2
-    assert robust_z(90.0, 100.0, 0.0) is None
+def test_the_modified_z_score_is_iglewicz_and_hoaglins_with_a_noise_floor() -> None:
+    # 0.6745 (x - median) / MAD: 10 below a median of 100 with MAD 4 is -1.68625.
+    assert robust_z(90.0, 100.0, 4.0) == 0.6745 * -10 / 4
+    # A MAD below 2 % of the median (0 included) is taken as 2 %: defined, and not hair-trigger.
+    assert robust_z(90.0, 100.0, 0.0) == robust_z(90.0, 100.0, 1.0) == 0.6745 * -10 / 2
 
 
-def test_a_host_at_half_speed_in_a_tight_group_is_an_outlier_and_the_others_are_not() -> None:
+def test_one_noisy_sibling_does_not_hide_a_host_far_below_its_best_siblings() -> None:
+    """[100, 80, 100, 65]: the group's MAD (17.5) hid the 65; against the other three
+    ([100, 80, 100]: median 100) it is 35 % below, a fail; the 80 is 20 % below, a warn."""
+    hosts = [host_from_record(f"h{i}", record(f"h{i}", gpus=1, scale=s))
+             for i, s in enumerate([1.0, 0.8, 1.0, 0.65])]
+    _, outliers, _ = group_statistics(hosts)
+    levels = {(o.figure.host, o.level) for o in outliers}
+    assert levels == {("h3", "fail"), ("h1", "warn")}
+    assert {o.reference for o in outliers if o.figure.check == "matmul bfloat16"} == {700.0}
+
+
+@pytest.mark.parametrize(("value", "level"), [(100.0, None), (95.0, None), (90.0, None),
+                                              (89.0, "warn"), (75.0, "warn"), (70.1, "warn"),
+                                              (70.0, "fail"), (0.0, "fail")])
+def test_at_a_mad_of_0_the_gap_alone_decides_and_severity_follows_it(
+        value: float, level: str | None) -> None:
+    """Identical siblings (MAD 0): within 10.4 % (z 3.5 at the 2 % floor) nothing; then warn;
+    from 30 % below, fail."""
+    outlier = is_outlier(_figure(value), 100.0, 0.0)
+    assert (outlier.level if outlier else None) == level
+
+
+def test_a_reference_of_0_ranks_nothing() -> None:
+    """No other host measured anything: there is no gap to speak of (their own verdicts do)."""
+    assert is_outlier(_figure(0.0), 0.0, 0.0) is None
+    assert is_outlier(_figure(5.0), 0.0, 0.0) is None
+    hosts = [host_from_record(f"h{i}", record(f"h{i}", gpus=1, scale=0.0)) for i in range(4)]
+    stats, outliers, _ = group_statistics(hosts)
+    assert outliers == [] and all(s.median == 0.0 for s in stats)
+
+
+def test_a_host_at_half_speed_in_a_tight_group_fails_and_the_others_pass() -> None:
     hosts = [host_from_record(f"h{i}", record(f"h{i}", gpus=1, scale=s))
              for i, s in enumerate([1.0, 0.99, 1.01, 0.5])]
     _, outliers, small = group_statistics(hosts)
     assert small == []
-    assert {o.figure.host for o in outliers} == {"h3"}
+    assert {(o.figure.host, o.level) for o in outliers} == {("h3", "fail")}
     assert all(o.gap > 0.4 for o in outliers)
+
+
+@given(values=st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=40),
+       data=st.data())
+def test_family_the_median_without_some_values_is_the_median_of_the_rest(
+        values: list[float], data: st.DataObject) -> None:
+    removed = data.draw(st.lists(st.sampled_from(range(len(values))), unique=True,
+                                 max_size=len(values)))
+    rest = [v for i, v in enumerate(values) if i not in removed]
+    got = median_without(sorted(values), [values[i] for i in removed])
+    assert got == (statistics.median(rest) if rest else None)
 
 
 def test_one_slow_gpu_among_its_siblings_is_named() -> None:
@@ -38,7 +92,7 @@ def test_one_slow_gpu_among_its_siblings_is_named() -> None:
     assert {(o.figure.host, o.figure.device) for o in outliers} == {("h2", "GPU 5")}
     assert len(outliers) == 3  # matmul, membw and transfer of that GPU
     assert {o.reason().split(" ")[1] for o in outliers} == {"5"}
-    assert all("GPU 5" in o.reason() and "below the group median" in o.reason() for o in outliers)
+    assert all("GPU 5" in o.reason() and "below its group's" in o.reason() for o in outliers)
 
 
 def test_a_group_of_two_gets_no_statistics() -> None:
@@ -61,49 +115,50 @@ def test_groups_are_compared_apart() -> None:
 noise = st.floats(min_value=-0.04, max_value=0.04, allow_nan=False)
 
 
-@given(healthy=st.lists(noise, min_size=3, max_size=40),
-       slow=st.floats(min_value=0.05, max_value=0.75),
-       base=st.floats(min_value=1e-3, max_value=1e6))
+def _hosts(scales: list[float]) -> list[Host]:
+    return [host_from_record(f"h{i}", record(f"h{i}", gpus=1, scale=s))
+            for i, s in enumerate(scales)]
+
+
+@given(healthy=st.lists(noise, min_size=2, max_size=40),
+       slow=st.floats(min_value=0.05, max_value=0.7))
 def test_family_a_slow_host_among_healthy_ones_is_found_and_only_it(
-        healthy: list[float], slow: float, base: float) -> None:
-    """Healthy hosts within ±4 % of each other; one at 5-75 % of them: it alone is flagged."""
-    values = [base * (1 + n) for n in healthy] + [base * slow]
-    figures = [_figure(v) for v in values]
-    median = sorted(values)[len(values) // 2] if len(values) % 2 else \
-        sum(sorted(values)[len(values) // 2 - 1:len(values) // 2 + 1]) / 2
-    mad_values = sorted(abs(v - median) for v in values)
-    mad = mad_values[len(values) // 2] if len(values) % 2 else \
-        sum(mad_values[len(values) // 2 - 1:len(values) // 2 + 1]) / 2
-    flagged = [i for i, f in enumerate(figures) if is_outlier(f, median, mad)]
-    assert flagged == [len(values) - 1]
+        healthy: list[float], slow: float) -> None:
+    """Healthy hosts within ±4 % of each other; one at 5-70 % of them: it alone is flagged,
+    in every check, and it fails where it is 30 % or more below the others' median."""
+    _, outliers, _ = group_statistics(_hosts([1 + n for n in healthy] + [slow]))
+    slow_host = f"h{len(healthy)}"
+    assert {o.figure.host for o in outliers} == {slow_host}
+    assert len(outliers) == 4  # matmul, membw, transfer and the all-reduce
+    assert all(o.level == "fail" for o in outliers if o.gap >= FAIL_GAP)
 
 
-@given(values=st.lists(st.floats(min_value=0.93, max_value=1.0), min_size=3, max_size=60))
-def test_family_no_host_within_the_gap_is_ever_flagged(values: list[float]) -> None:
-    """Whatever the spread, a figure less than MIN_GAP below the median is never an outlier."""
-    import statistics
-
-    median = statistics.median(values)
-    mad = statistics.median(abs(v - median) for v in values)
-    for value in values:
-        if (median - value) / median < MIN_GAP:
-            assert is_outlier(_figure(value), median, mad) is None
-    low, _ = bounds(median, mad)
-    assert low <= median * (1 - MIN_GAP) + 1e-12
+@given(value=st.floats(min_value=0.0, max_value=1e6), reference=st.floats(min_value=1e-6,
+                                                                            max_value=1e6),
+       mad=st.floats(min_value=0.0, max_value=1e6))
+def test_family_no_figure_within_the_gap_is_ever_flagged(
+        value: float, reference: float, mad: float) -> None:
+    """Whatever the spread, a figure less than MIN_GAP below the reference is never an
+    outlier, one FAIL_GAP or more below always fails, and the bounds say the same."""
+    outlier = is_outlier(_figure(value), reference, mad)
+    gap = (reference - value) / reference
+    if gap < MIN_GAP:
+        assert outlier is None
+    if gap >= FAIL_GAP:
+        assert outlier is not None and outlier.level == "fail"
+    low, _ = bounds(reference, mad)
+    assert reference * (1 - FAIL_GAP) - 1e-9 * reference <= low
+    assert low <= reference * (1 - MIN_GAP) + 1e-9 * reference
 
 
 @given(healthy=st.lists(st.floats(min_value=0.75, max_value=1.25), min_size=3, max_size=3),
        slow=st.floats(min_value=0.05, max_value=0.45))
-def test_family_a_host_at_half_speed_is_found_even_among_noisy_siblings(
+def test_family_a_host_at_half_speed_fails_even_among_noisy_siblings(
         healthy: list[float], slow: float) -> None:
-    """Four hosts, three of them ±25 % apart (a noisy small group): the MAD alone can hide a
-    host at half speed; 40 % below the median is an outlier whatever the spread."""
-    import statistics
-
-    values = [*healthy, slow]
-    median = statistics.median(values)
-    mad = statistics.median(abs(v - median) for v in values)
-    assert is_outlier(_figure(slow), median, mad) is not None
+    """Four hosts, three of them ±25 % apart (a noisy small group, a MAD wide enough to hide
+    anything): a host 40 % or more below the others' median fails whatever the spread."""
+    _, outliers, _ = group_statistics(_hosts([*healthy, slow]))
+    assert {(o.figure.host, o.level) for o in outliers if o.figure.host == "h3"} == {("h3", "fail")}
 
 
 def test_conditions_count_but_are_not_ranked() -> None:

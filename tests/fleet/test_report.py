@@ -11,10 +11,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.fleet.records import error_stub, finding, record, write
+from workloads.cli import main
 from workloads.fleet.command import render_fleet
 from workloads.fleet.load import host_from_record
 from workloads.fleet.render_html import render_html
@@ -44,11 +46,11 @@ def test_the_four_outputs_name_the_slow_and_the_broken_host(tmp_path: Path) -> N
     _, written = render_fleet(run, tmp_path / "out")
     assert [p.name for p in written] == ["fleet.html", "fleet.md", "fleet.csv", "fleet.json"]
     summary = json.loads((tmp_path / "out" / "fleet.json").read_text())
-    assert summary["counts"] == {"pass": 4, "warn": 1, "fail": 1}
+    assert summary["counts"] == {"pass": 4, "warn": 0, "fail": 2}  # h1: 45 % below its group
     page = (tmp_path / "out" / "fleet.html").read_text()
     rows = {a["data-host"]: a["data-verdict"] for tag, a in _elements(page)
             if tag == "tr" and "data-host" in a}
-    assert rows["h1"] == "warn" and rows["h9"] == "fail" and rows["h0"] == "pass"
+    assert rows["h1"] == "fail" and rows["h9"] == "fail" and rows["h0"] == "pass"
     outlying = {a["data-host"] for tag, a in _elements(page)
                 if tag == "circle" and a.get("data-outlier") == "true"}
     assert outlying == {"h1"}
@@ -135,7 +137,37 @@ def test_the_scale_bench_prints_and_records_its_figures(tmp_path: Path) -> None:
     assert "fleet of 60 hosts × 2 GPUs" in result.stdout
     figures = json.loads(out.read_text())
     assert figures["hosts"] == 60 and figures["record_bytes"] > 0
-    assert figures["verdicts"]["warn"] == 2  # hosts 7 and 57: one of every 50 has a slow GPU
+    assert figures["verdicts"]["fail"] == 2  # hosts 7 and 57: one of every 50 has a GPU at 60 %
     bad = subprocess.run([sys.executable, "-m", "workloads", "bench", "fleet", "--hosts", "0"],
                          capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_the_rates_bench_prints_and_records_false_positives_and_misses(tmp_path: Path) -> None:
+    """`workloads bench fleet --rates N` end to end on a few fleets of two-GPU hosts."""
+    out = tmp_path / "rates.json"
+    result = subprocess.run([sys.executable, "-m", "workloads", "bench", "fleet", "--rates", "2",
+                             "--gpus", "2", "--output", str(out)],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "healthy hosts not pass" in result.stdout
+    scenarios = {s["scenario"]: s for s in json.loads(out.read_text())["scenarios"]}
+    assert scenarios["healthy"]["false_positive_rate"] == 0.0
+    assert scenarios["healthy"]["miss_rate"] is None
+    for name in ("a GPU missing", "1 NVLink down", "a GPU 20 % slow", "a check missing",
+                 "an empty record"):
+        assert scenarios[name]["miss_rate"] == 0.0, scenarios[name]
+        assert scenarios[name]["fleets"] == 2
+    bad = subprocess.run([sys.executable, "-m", "workloads", "bench", "fleet", "--rates", "0"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    lines = bad.stderr.strip().splitlines()
+    assert bad.returncode == 2 and len(lines) == 1 and "--rates: must be > 0" in lines[0], \
+        bad.stderr
+
+
+def test_a_noise_outside_0_to_50_percent_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "fleet", "--rates", "2", "--noise", "50"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1, lines
+    assert "--noise: must be at least 0 and below 50, got 50" in lines[0]

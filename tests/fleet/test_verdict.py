@@ -29,12 +29,27 @@ def test_a_check_failed_against_the_datasheet_fails_the_host_even_in_a_small_gro
 
 
 def test_an_outlier_warns_with_the_check_the_device_and_the_gap() -> None:
-    verdicts = _judge([record(f"h{i}", allreduce=220.0 if i == 4 else 370.0) for i in range(6)])
+    verdicts = _judge([record(f"h{i}", allreduce=300.0 if i == 4 else 370.0) for i in range(6)])
     verdict, reasons = verdicts["h4"]
     assert verdict == "warn"
-    assert reasons == ["warn: outlier in its group: allreduce 1 GiB busbw 220 GB/s is 41% below "
-                       "the group median 370"]
+    assert reasons == ["warn: outlier in its group: allreduce 1 GiB busbw 300 GB/s is 19% below "
+                       "its group's 370 (the median of the other hosts)"]
     assert all(verdicts[f"h{i}"] == ("pass", []) for i in range(6) if i != 4)
+
+
+def test_an_outlier_30_percent_below_its_group_fails() -> None:
+    verdicts = _judge([record(f"h{i}", allreduce=220.0 if i == 4 else 370.0) for i in range(6)])
+    assert verdicts["h4"] == ("fail", ["fail: outlier in its group: allreduce 1 GiB busbw 220 "
+                                       "GB/s is 41% below its group's 370 (the median of the "
+                                       "other hosts)"])
+
+
+def test_datasheet_verdicts_of_one_gpu_are_one_line() -> None:
+    verdicts = _judge([record("h0", verdicts={"membw/3": "fail", "matmul/3": "fail"})])
+    verdict, reasons = verdicts["h0"]
+    assert verdict == "fail"
+    assert reasons == ["fail: GPU 3: 2 figures fail against the datasheet (matmul bfloat16, "
+                       "membw copy)"]
 
 
 def test_findings_without_a_figure_count() -> None:

@@ -1,10 +1,18 @@
-"""``workloads bench fleet``: what the fleet step costs at scale, on synthetic records.
+"""``workloads bench fleet``: what the fleet step costs at scale, and how often it is wrong.
 
-Writes HOSTS records of the battery's full shape (GPUS per host, a share with one slow
-GPU) into a temporary directory, then times what `accept.yml` does on the controller after
-gathering: read every record, judge the fleet, render the four outputs. Prints and writes
-the time of each phase, the controller's peak memory (tracemalloc's peak of Python objects, in
-an untimed second pass, and the process's max RSS), the size of one record and of each output.
+Without --rates: writes HOSTS records of the battery's full shape (GPUS per host, one host
+in fifty with a GPU at 60 %) into a temporary directory, then times what `accept.yml` does
+on the controller after gathering: read every record, judge the fleet, render the four
+outputs. Prints and writes the time of each phase, the controller's peak memory
+(tracemalloc's peak of Python objects, in an untimed second pass, and the process's max
+RSS), the size of one record and of each output.
+
+With --rates N: the verdict's false-positive and miss rates. For each scenario (a healthy
+fleet; one host with a GPU missing, an NVLink down, a GPU 5-30 % slow, a check or a matmul
+dtype missing, an empty or unfinished record), N fleets of 3-16 hosts of GPUS GPUs, every
+figure within ±NOISE % of its healthy value, generated from a fixed seed (the same figures
+on every run). Prints a table (planted hosts judged pass = misses; healthy hosts judged
+anything but pass = false positives) and writes it as JSON.
 """
 
 from __future__ import annotations
@@ -31,12 +39,56 @@ def register_bench(sub: Any) -> None:
     parser.add_argument("--hosts", type=positive_int, default=1000,
                         help="hosts in the synthetic fleet (default: 1000)")
     parser.add_argument("--gpus", type=positive_int, default=8, help="GPUs per host (default: 8)")
-    parser.add_argument("--output", type=Path, default=Path("results/bench-fleet.json"),
-                        help="JSON with all figures (default: results/bench-fleet.json)")
+    parser.add_argument("--rates", type=positive_int, metavar="N",
+                        help="measure the false-positive and miss rates over N generated "
+                             "fleets per scenario instead of the time and memory")
+    parser.add_argument("--noise", type=noise_percent, default=3.0, metavar="PCT",
+                        help="with --rates: healthy figures scatter within ±PCT %% (default: 3)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="JSON with all figures (default: results/bench-fleet.json, "
+                             "results/bench-fleet-rates.json with --rates)")
     parser.set_defaults(func=run)
 
 
+def noise_percent(text: str) -> float:
+    """argparse type: a share in per cent, 0 <= PCT < 50 (a healthy figure stays positive)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of per cent") from None
+    if not 0 <= value < 50:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 50, got {value:g}")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.rates:
+        return run_rates(args)
+    args.output = args.output or Path("results/bench-fleet.json")
+    return run_scale(args)
+
+
+def run_rates(args: argparse.Namespace) -> int:
+    from workloads.fleet.rates import measure, table
+
+    output = ensure_writable(args.output or Path("results/bench-fleet-rates.json"))
+    start = time.perf_counter()
+    tallies = measure(args.rates, args.gpus, args.noise / 100)
+    seconds = time.perf_counter() - start
+    print(f"fleet verdict over {args.rates} generated fleets per scenario: 3-16 hosts × "
+          f"{args.gpus} GPUs, figures within ±{args.noise:g} %, seed 0")
+    print(table(tallies))
+    print(f"{sum(t.fleets for t in tallies)} fleets judged in {seconds:.1f} s")
+    record = new_record("bench-fleet-rates", fleets_per_scenario=args.rates,
+                        gpus_per_host=args.gpus, noise=args.noise / 100, seed=0,
+                        seconds=seconds, scenarios=[t.as_dict() for t in tallies])
+    record["status"] = "done"
+    write_record(record, output)
+    print(f"record: {output}")
+    return 0
+
+
+def run_scale(args: argparse.Namespace) -> int:
     from workloads.fleet.command import render_fleet
     from workloads.fleet.load import load_fleet
     from workloads.fleet.synthetic import synthetic_record

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workloads.fleet.baselines import load_baselines, write_baselines
+from workloads.fleet.history import host_histories, load_runs
 from workloads.fleet.load import load_fleet
 from workloads.fleet.model import FleetVerdict
+from workloads.fleet.render_history import render_html as history_html
+from workloads.fleet.render_history import render_text as history_text
 from workloads.fleet.render_html import render_html
 from workloads.fleet.render_text import render_csv, render_json, render_markdown
 from workloads.fleet.verdict import judge
 from workloads.records import atomic_write_bytes
 
 
-def render_fleet(directory: Path, output: Path | None) -> tuple[FleetVerdict, list[Path]]:
-    """Judge the records in `directory`; write fleet.{html,md,csv,json} into `output`."""
-    fleet = judge(load_fleet(directory))
+def render_fleet(directory: Path, output: Path | None, baselines: Path | None = None,
+                 *, renew: bool = False) -> tuple[FleetVerdict, list[Path]]:
+    """Judge the records in `directory` and write fleet.{html,md,csv,json} into `output`.
+
+    With `baselines`, each host is also compared with its accepted record there, and the
+    records of the hosts that pass become the baselines of those without one (all of them,
+    with `renew`); the baselines written are listed after the four outputs.
+    """
+    fleet = judge(load_fleet(directory), load_baselines(baselines))
     out = output or directory / "report"
     title = f"Fleet acceptance: {directory.resolve().name}"
     written = []
@@ -25,7 +35,19 @@ def render_fleet(directory: Path, output: Path | None) -> tuple[FleetVerdict, li
         path = out / name
         atomic_write_bytes(path, text.encode())
         written.append(path)
+    if baselines is not None:
+        written += write_baselines(fleet, directory, baselines, renew)
     return fleet, written
+
+
+def render_history(directory: Path, output: Path | None) -> tuple[str, Path]:
+    """Each host's figures over the runs in `directory`: the text, and history.html's path."""
+    runs, baselines = load_runs(directory)
+    histories = host_histories(runs, baselines)
+    path = (output or directory) / "history.html"
+    title = f"Acceptance history: {directory.resolve().name}"
+    atomic_write_bytes(path, history_html(runs, histories, title).encode())
+    return history_text(runs, histories), path
 
 
 def summary_line(fleet: FleetVerdict) -> str:
@@ -37,4 +59,4 @@ def summary_line(fleet: FleetVerdict) -> str:
         line += f"; fail: {', '.join(failing[:10])}{' ...' if len(failing) > 10 else ''}"
     if warning:
         line += f"; warn: {', '.join(warning[:10])}{' ...' if len(warning) > 10 else ''}"
-    return line
+    return line + (f"\n{fleet.note}" if fleet.note else "")

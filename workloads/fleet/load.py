@@ -9,33 +9,39 @@ with its reason and never just missing from the report.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 from workloads.errors import WorkloadError
-from workloads.fleet.model import Figure, Host
+from workloads.fleet.model import Figure, Host, Link, Reason
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024
+GPU_LABEL = re.compile(r"GPU \d+")
 
 
 def hardware_group(record: dict[str, Any]) -> str:
-    """The hardware a host is compared within: GPU model × count (and its fabric), else the CPU.
+    """The hardware a host is compared within: what no fault can change.
 
-    The fabric is the all-reduce's limit as the battery named it (NVLink or PCIe): eight
-    H100s on NVSwitch and eight on PCIe are different machines for every host-wide check.
+    The GPU model (NVML's names, as `env.gpus` lists them), else the CPU model. Not the GPU
+    count, the NVLinks or the fabric the all-reduce was judged against: a GPU fallen off the
+    bus or a link down changes those, and a key holding them would move the faulty host into
+    a group of its own, away from the siblings that show what it lacks.
     """
-    env = record.get("env") or {}
-    gpus = [str(g.get("name", "GPU")) if isinstance(g, dict) else str(g)
-            for g in env.get("gpus") or []]
+    env = record.get("env")
+    if not isinstance(env, dict):
+        return "unknown hardware"
+    gpus = _gpu_names(env)
     if gpus:
-        names = " + ".join(sorted(set(gpus)))
-        fabric = next((str(f.get("limit_source")) for f in _rows(record)
-                       if f.get("check") == "allreduce" and f.get("limit_source")), None)
-        return f"{len(gpus)}× {names}" + (f", {fabric}" if fabric else "")
-    cpu = env.get("cpu") or "CPU"
-    count = env.get("cpu_count")
-    return f"{cpu} ×{count}" if count else str(cpu)
+        return " + ".join(sorted(set(gpus)))
+    return str(env.get("cpu") or "CPU")
+
+
+def _gpu_names(env: dict[str, Any]) -> list[str]:
+    raw = env.get("gpus")
+    return [str(g.get("name", "GPU")) if isinstance(g, dict) else str(g)
+            for g in raw] if isinstance(raw, list) else []
 
 
 def _rows(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -46,12 +52,21 @@ def _rows(record: dict[str, Any]) -> list[dict[str, Any]]:
 def _device(row: dict[str, Any]) -> str | None:
     """A single GPU ("GPU 3") is compared with every GPU of the group; anything else per host."""
     device = str(row.get("device") or "")
-    return device if re.fullmatch(r"GPU \d+", device) else None
+    return device if GPU_LABEL.fullmatch(device) else None
 
 
-def _series(row: dict[str, Any]) -> str:
-    item = str(row.get("item") or "")
+
+def row_key(row: dict[str, Any]) -> str:
+    """A row's name without its device: "matmul bfloat16 8192²", "nvml NVLink".
+
+    A trailing parenthesis is what this host's run found, not which row it is: the
+    all-reduce's "best busbw (1 GiB)" on one host is "best busbw (256 MiB)" on its sibling.
+    """
+    item = _DETAIL.sub("", str(row.get("item") or ""))
     return f"{row.get('check', '?')} {item}".strip()
+
+
+_DETAIL = re.compile(r"\s*\([^()]*\)$")
 
 
 # The battery's checks whose figures are performance, higher being better: these are
@@ -60,33 +75,75 @@ def _series(row: dict[str, Any]) -> str:
 PERFORMANCE_CHECKS = frozenset({"matmul", "membw", "transfer", "allreduce", "training"})
 
 
-def _figures(host: str, record: dict[str, Any]) -> list[Figure]:
+def _is_link_row(row: dict[str, Any]) -> bool:
+    return row.get("check") == "nvml" and row.get("item") == "NVLink"
+
+
+def _figures(host: str, record: dict[str, Any]) -> tuple[list[Figure], list[Reason]]:
+    """The ranked figures, and a `fail` for each that is not a number a machine can measure."""
     figures = []
+    broken: list[str] = []
     for row in _rows(record):
+        if row.get("check") not in PERFORMANCE_CHECKS:
+            continue
         value = _number(row.get("value"))
-        if value is None or row.get("check") not in PERFORMANCE_CHECKS:
+        if value is None:
+            continue
+        device = _device(row)
+        if not math.isfinite(value) or value < 0:
+            where = f"{device} " if device else ""
+            what = "not a number" if math.isnan(value) else (
+                "infinite" if math.isinf(value) else "negative")
+            broken.append(f"{where}{row_key(row)}: the figure is {what}")
             continue
         raw = row.get("details")
         details: dict[str, Any] = raw if isinstance(raw, dict) else {}
         figures.append(Figure(
-            host=host, check=_series(row), device=_device(row), value=value,
+            host=host, check=row_key(row), device=device, value=value,
             unit=str(row.get("unit", "")), verdict=str(row.get("verdict", "pass")),
             reason=str(row.get("reason", "")), limit=_number(row.get("limit")),
             warn_at=_number(details.get("warn_at")), fail_at=_number(details.get("fail_at")),
-            higher_is_better=bool(details.get("higher_is_better", True))))
-    return figures
+            higher_is_better=bool(details.get("higher_is_better", True)),
+            scope="" if device else str(row.get("device") or "")))
+    problems = []
+    if broken:
+        problems.append(Reason("fail", (f"{broken[0]}: the measurement failed" if len(broken) == 1
+                                        else f"{len(broken)} figures are not measurements "
+                                        f"(NaN, infinite or negative): {broken[0]}, ..."),
+                               tuple(broken)))
+    return figures, problems
 
 
-def _findings(record: dict[str, Any]) -> list[tuple[str, str]]:
-    """Verdicts of rows that are not ranked (throttling, ECC, DCGM, other load): they count."""
+def _links(record: dict[str, Any]) -> list[Link]:
+    """Each GPU's NVLink row with a count: value = links active, limit = the board's links."""
+    links = []
+    for row in _rows(record):
+        active, board = _number(row.get("value")), _number(row.get("limit"))
+        if not _is_link_row(row) or active is None or not math.isfinite(active):
+            continue
+        links.append(Link(device=str(row.get("device") or "?"), active=int(active),
+                          board=int(board) if board is not None and math.isfinite(board) else None,
+                          judged=row.get("verdict") in ("pass", "warn", "fail")))
+    return links
+
+
+def _findings(record: dict[str, Any], links: list[Link]) -> list[tuple[str, str]]:
+    """Verdicts of rows that are not ranked (throttling, ECC, DCGM, other load): they count.
+
+    An NVLink row whose links are short is left to the fleet's link rule, which names it in
+    one line ("NVLink: 17 of 18 links up on GPU 3") rather than twice.
+    """
+    short = {link.device for link in links if link.board is not None and link.active < link.board}
     out = []
     for row in _rows(record):
         verdict = str(row.get("verdict", "pass"))
         ranked = row.get("check") in PERFORMANCE_CHECKS and _number(row.get("value")) is not None
+        if _is_link_row(row) and str(row.get("device") or "?") in short:
+            continue
         if verdict in ("warn", "fail") and not ranked:
             device = str(row.get("device") or "")
             where = f"{device} " if device and device != "host" else ""
-            out.append((verdict, f"{where}{_series(row)}: {row.get('reason', '')}"))
+            out.append((verdict, f"{where}{row_key(row)}: {row.get('reason', '')}"))
     return out
 
 
@@ -94,13 +151,76 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _row_inventory(record: dict[str, Any]) -> tuple[dict[str, set[str]], dict[str, str], set[str],
+                                                   set[str]]:
+    """Which rows the record holds on which devices, a note for each, which have figures, and
+    which only report a problem (every row of that name `warn` or `fail`)."""
+    rows: dict[str, set[str]] = {}
+    notes: dict[str, str] = {}
+    with_figure: set[str] = set()
+    healthy: set[str] = set()
+    for row in _rows(record):
+        key = row_key(row)
+        rows.setdefault(key, set()).add(str(row.get("device") or ""))
+        notes.setdefault(key, f"{row.get('verdict', '?')}: {row.get('reason', '')}".strip())
+        if _number(row.get("value")) is not None:  # NaN too: its own reason names it
+            with_figure.add(key)
+        if row.get("verdict") not in ("warn", "fail"):
+            healthy.add(key)
+    return rows, notes, with_figure, set(rows) - healthy
+
+
+def _record_problems(record: dict[str, Any]) -> list[Reason]:
+    """What makes a record partial: not finished, no rows, no hardware."""
+    problems = []
+    status = record.get("status")
+    if status != "done":
+        problems.append(Reason("fail", f"the record is partial: status {str(status)[:40]!r}, "
+                                       "not 'done' (the battery did not finish)"))
+    rows = _rows(record)
+    if not rows:
+        problems.append(Reason("fail", "the record holds no findings: nothing was measured"))
+        return problems
+    if not isinstance(record.get("env"), dict):
+        problems.append(Reason("fail", "the record has no env: its hardware is unknown"))
+    return problems
+
+
+def _expected_gpus(record: dict[str, Any]) -> tuple[int | None, list[Reason]]:
+    """The inventory's GPU count for the host (`acceptance_expected_gpus`), where declared."""
+    inventory = record.get("inventory")
+    if not isinstance(inventory, dict) or inventory.get("expected_gpus") is None:
+        return None, []
+    value = inventory["expected_gpus"]
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value, []
+    return None, [Reason("fail", f"the inventory's expected GPU count {str(value)[:20]!r} is not "
+                                 "a count: set acceptance_expected_gpus to a whole number")]
+
+
 def host_from_record(name: str, record: dict[str, Any]) -> Host:
     """One host from its record (or from the play's error stub)."""
     if record.get("status") == "error" or not isinstance(record.get("findings"), list):
         reason = record.get("error") or "its record holds no findings"
         return Host(name=name, group=hardware_group(record), error=str(reason))
-    return Host(name=name, group=hardware_group(record), figures=_figures(name, record),
-                findings=_findings(record))
+    env = record.get("env")
+    gpus = len(_gpu_names(env)) if isinstance(env, dict) else 0
+    figures, broken = _figures(name, record)
+    links = _links(record)
+    expected, bad_expectation = _expected_gpus(record)
+    rows, notes, with_figure, problem_rows = _row_inventory(record)
+    labels = [str(d.get("label")) for d in record.get("devices") or []
+              if isinstance(d, dict) and GPU_LABEL.fullmatch(str(d.get("label")))]
+    selected = record.get("checks_selected")
+    partial = _record_problems(record)
+    return Host(name=name, group=hardware_group(record), figures=figures,
+                findings=_findings(record, links), gpus=gpus, expected_gpus=expected,
+                gpu_devices=labels if len(labels) == gpus else [f"GPU {i}" for i in range(gpus)],
+                links=links, rows=rows, row_notes=notes, figure_keys=with_figure,
+                problem_rows=problem_rows,
+                selected=[str(c) for c in selected] if isinstance(selected, list) else [],
+                partial=bool(partial), problems=[*partial, *broken, *bad_expectation],
+                started_at=str(record["started_at"])[:40] if record.get("started_at") else None)
 
 
 def load_fleet(directory: Path) -> list[Host]:

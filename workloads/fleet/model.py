@@ -20,6 +20,8 @@ class Figure:
 
     `limit`, `fraction` and `verdict` are the battery's own comparison with the hardware's
     datasheet; `higher_is_better` says which side of the group's median is the bad one.
+    `scope` is the row's device text for a host-wide figure ("GPUs 0-7"): an all-reduce over
+    eight GPUs is compared with other eight-GPU all-reduces, not with a four-GPU host's.
     """
 
     host: str
@@ -33,22 +35,59 @@ class Figure:
     warn_at: float | None = None
     fail_at: float | None = None
     higher_is_better: bool = True
+    scope: str = ""
 
     @property
     def series(self) -> str:
         """The figures compared with each other: one check, per device or per host."""
-        return f"{self.check} per device" if self.device is not None else self.check
+        if self.device is not None:
+            return f"{self.check} per device"
+        return f"{self.check} on {self.scope}" if self.scope.startswith("GPUs") else self.check
+
+
+@dataclass(frozen=True)
+class Link:
+    """One GPU's NVLinks as NVML counted them: `active` of the board's `board` links.
+
+    `judged` is False where the battery did not judge the links (a row it marked `info` or
+    `skip`, such as one visible GPU with no peer): then only the siblings are compared.
+    """
+
+    device: str
+    active: int
+    board: int | None
+    judged: bool
 
 
 @dataclass
 class Host:
-    """One host's acceptance result: its hardware group and figures, or why it has none."""
+    """One host's acceptance result: its hardware group and figures, or why it has none.
+
+    Beside the figures it keeps what a fault removes, so the fleet can fail a host for what
+    is missing: its GPU count (and the inventory's, where declared), each GPU's NVLinks, which
+    rows (check and item) it has on which devices (and which of them only report a problem,
+    such as an XID event: rows a healthy host does not have), the checks it was asked to run,
+    and the record's own defects (`problems`: a partial record (`partial`), a figure that is
+    not a number).
+    """
 
     name: str
     group: str
     figures: list[Figure] = field(default_factory=list)
     error: str | None = None
     findings: list[tuple[str, str]] = field(default_factory=list)
+    gpus: int = 0
+    expected_gpus: int | None = None
+    gpu_devices: list[str] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    rows: dict[str, set[str]] = field(default_factory=dict)
+    row_notes: dict[str, str] = field(default_factory=dict)
+    figure_keys: set[str] = field(default_factory=set)
+    problem_rows: set[str] = field(default_factory=set)
+    selected: list[str] = field(default_factory=list)
+    partial: bool = False
+    problems: list[Reason] = field(default_factory=list)
+    started_at: str | None = None
 
     @property
     def ran(self) -> bool:
@@ -56,24 +95,47 @@ class Host:
 
 
 @dataclass(frozen=True)
+class Reason:
+    """One cause of a verdict, in one line, with the rows behind it (`evidence`)."""
+
+    level: str
+    text: str
+    evidence: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        return f"{self.level}: {self.text}"
+
+
+@dataclass(frozen=True)
 class Outlier:
-    """A figure well below its group's median (robust z-score and relative gap both large)."""
+    """A figure well below what the other hosts of its group measure.
+
+    `reference` is the median of the other hosts' figures of the same series, `scale` the
+    spread it was judged with (their MAD, at least the noise floor), `gap` the share it is
+    worse by, and `level` the severity the gap earns (`warn`, or `fail` from 30 % on).
+    """
 
     figure: Figure
-    median: float
-    robust_z: float | None
+    reference: float
+    robust_z: float
     gap: float
+    level: str
 
     def reason(self) -> str:
         where = f"{self.figure.device} " if self.figure.device is not None else ""
+        side = "below" if self.figure.higher_is_better else "above"
         return (f"{where}{self.figure.check} {self.figure.value:.4g} {self.figure.unit} is "
-                f"{self.gap:.0%} {'below' if self.figure.higher_is_better else 'above'} "
-                f"the group median {self.median:.4g}")
+                f"{self.gap:.0%} {side} its group's {self.reference:.4g} (the median of the "
+                "other hosts)")
 
 
 @dataclass
 class SeriesStats:
-    """The robust statistics of one series in one group (None where the group is too small)."""
+    """The robust statistics of one series in one group (None where the group is too small).
+
+    The bounds are the whole group's, for the charts: each host itself is compared with the
+    median of the others, which differs from the group's by at most a rank or two.
+    """
 
     group: str
     series: str
@@ -82,16 +144,22 @@ class SeriesStats:
     mad: float | None
     low_bound: float | None
     high_bound: float | None
+    fail_bound: float | None = None
 
 
 @dataclass
 class HostVerdict:
-    """The verdict on one host, with every reason a person can act on."""
+    """The verdict on one host, with every reason a person can act on.
+
+    `reasons` are one line per cause ("fail: 7 GPUs where its group has 8"); `evidence[i]`
+    lists the rows behind `reasons[i]` (empty where the line says it all).
+    """
 
     host: str
     group: str
     verdict: str
     reasons: list[str]
+    evidence: list[list[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -103,6 +171,7 @@ class FleetVerdict:
     stats: list[SeriesStats]
     outliers: list[Outlier]
     small_groups: list[str]
+    note: str | None = None
 
     def counts(self) -> dict[str, int]:
         out = {"pass": 0, "warn": 0, "fail": 0}

@@ -30,6 +30,8 @@ td, th { padding: .25em .6em; border-bottom: 1px solid #ddd; text-align: left; }
 .counts span { margin-right: 1.5em; font-size: 1.2em; }
 ul.reasons { margin: 0; padding-left: 1.2em; }
 svg text { font: 11px system-ui, sans-serif; } .note { color: #555; }
+.alone { border-left: 4px solid #c62828; padding: .4em .8em; background: #fdecea; }
+details.evidence summary { cursor: pointer; } details.evidence ul { color: #555; }
 """
 
 
@@ -41,9 +43,21 @@ def _badge(verdict: str) -> str:
     return f'<span class="badge verdict-{_e(verdict)}">{_e(verdict)}</span>'
 
 
+def _reason(text: str, evidence: list[str]) -> str:
+    """One cause as a list item; the rows behind it a click away."""
+    if not evidence:
+        return f"<li>{_e(text)}</li>"
+    rows = "".join(f"<li>{_e(row)}</li>" for row in evidence)
+    return (f'<li><details class="evidence"><summary>{_e(text)}</summary>'
+            f"<ul>{rows}</ul></details></li>")
+
+
 def _summary(fleet: FleetVerdict) -> list[str]:
     counts = fleet.counts()
-    out = ['<section id="summary"><h2>Summary</h2><p class="counts">',
+    out = ['<section id="summary"><h2>Summary</h2>']
+    if fleet.note:
+        out.append(f'<p class="alone" id="alone">{_e(fleet.note)}</p>')
+    out += ['<p class="counts">',
            *(f'<span data-count="{v}">{_badge(v)} {counts.get(v, 0)}</span>'
              for v in ("pass", "warn", "fail")),
            "</p>"]
@@ -52,7 +66,9 @@ def _summary(fleet: FleetVerdict) -> list[str]:
     if bad:
         out.append("<table><tr><th>host</th><th>hardware</th><th>verdict</th><th>why</th></tr>")
         for verdict in bad:
-            reasons = "".join(f"<li>{_e(r)}</li>" for r in verdict.reasons)
+            reasons = "".join(_reason(r, e) for r, e in
+                              zip(verdict.reasons, verdict.evidence or [[]] * len(verdict.reasons),
+                                  strict=True))
             out.append(f'<tr class="host" data-host="{_e(verdict.host)}" '
                        f'data-verdict="{_e(verdict.verdict)}"><td>{_e(verdict.host)}</td>'
                        f"<td>{_e(verdict.group)}</td><td>{_badge(verdict.verdict)}</td>"
@@ -85,6 +101,8 @@ def _chart(stats: SeriesStats, figures: list[Figure],
         lines.append(("median", stats.median, "#1565c0"))
         if stats.low_bound is not None:
             lines.append(("outlier bound", stats.low_bound, "#ef6c00"))
+        if stats.fail_bound is not None:
+            lines.append(("fail bound", stats.fail_bound, "#c62828"))
     limits = {(f.warn_at, f.fail_at, f.limit) for f in figures}
     if len(limits) == 1:
         warn_at, fail_at, limit = next(iter(limits))
@@ -147,8 +165,10 @@ def render_html(fleet: FleetVerdict, title: str) -> str:
            f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>",
            f"<h1>{_e(title)}</h1>", *_summary(fleet), '<section id="checks"><h2>Checks</h2>',
            f'<p class="note">Each dot is a host (or one GPU of it). Blue: the group median; '
-           f"orange dashed: the outlier bound (robust z-score 3.5 and 10 % below the median; "
-           f"groups of {MIN_GROUP} hosts or more); grey, orange and red dashed: the datasheet "
+           "orange and red dashed next to it: the outlier and fail bounds (each host is judged "
+           "against the median of the other hosts: a modified z-score beyond 3.5 with the MAD "
+           "at least 2 % of the median, and 10 % below it, warns; 30 % below it fails; "
+           f"series of {MIN_GROUP} hosts or more); grey, orange and red dashed: the datasheet "
            "limit and the battery's warn and fail thresholds.</p>"]
     current_group = None
     for stats in sorted(fleet.stats, key=lambda s: (s.group, s.series)):

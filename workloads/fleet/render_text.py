@@ -13,20 +13,22 @@ from workloads.fleet.model import FleetVerdict
 
 def render_markdown(fleet: FleetVerdict, title: str) -> str:
     counts = fleet.counts()
-    lines = [f"# {title}", "",
-             f"**{counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail** "
-             f"({len(fleet.verdicts)} hosts)", ""]
+    lines = [f"# {title}", ""]
+    if fleet.note:
+        lines += [f"> **{fleet.note}**", ""]
+    lines += [f"**{counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail** "
+              f"({len(fleet.verdicts)} hosts)", ""]
     bad = sorted((v for v in fleet.verdicts if v.verdict != "pass"),
                  key=lambda v: (v.verdict != "fail", v.host))
     if bad:
         lines += ["| host | hardware | verdict | why |", "| --- | --- | --- | --- |"]
-        lines += [f"| {v.host} | {v.group} | **{v.verdict}** | {'<br>'.join(v.reasons)} |"
-                  for v in bad]
+        lines += [f"| {_cell(v.host)} | {_cell(v.group)} | **{v.verdict}** | "
+                  f"{'<br>'.join(_cell(r) for r in v.reasons)} |" for v in bad]
         lines.append("")
     for group in fleet.small_groups:
         size = sum(1 for h in fleet.hosts if h.ran and h.group == group)
         lines.append(f"- group {group}: {size} host(s), too small for statistics; "
-                     "datasheet verdicts only")
+                     "judged by its records and the datasheet alone")
     lines += ["", "## Group medians", "", "| hardware | check | hosts | median | outlier bound |",
               "| --- | --- | ---: | ---: | ---: |"]
     for s in sorted(fleet.stats, key=lambda s: (s.group, s.series)):
@@ -34,6 +36,11 @@ def render_markdown(fleet: FleetVerdict, title: str) -> str:
         low = f"{s.low_bound:.4g}" if s.low_bound is not None else "n/a"
         lines.append(f"| {s.group} | {s.series} | {s.hosts} | {median} | {low} |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: a `|` or a line break would end the cell early."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def figure_rows(fleet: FleetVerdict) -> list[dict[str, Any]]:
@@ -61,6 +68,7 @@ def render_csv(fleet: FleetVerdict) -> str:
 def render_json(fleet: FleetVerdict) -> str:
     return json.dumps({
         "counts": fleet.counts(),
+        "note": fleet.note,
         "hosts": [asdict(v) for v in fleet.verdicts],
         "small_groups": fleet.small_groups,
         "stats": [asdict(s) for s in fleet.stats],

@@ -1,62 +1,134 @@
-"""Synthetic acceptance records of the battery's full shape, for sizing the fleet step.
+"""Synthetic acceptance records of the battery's full shape, healthy or with one planted fault.
 
-Each host gets what `workloads accept` writes on an 8-GPU machine: per GPU the four matmul
-dtypes, the memory copy, both transfer directions and the NVML rows; per host eleven
-all-reduce sizes, the training run, DCGM and the busy-host row; `env` as collect_env writes
-it. Figures scatter a few per cent around healthy values; a chosen share of hosts has one slow
-GPU, so the outlier path is exercised at scale too.
+Each host gets what `workloads accept` writes on a GPU machine (the rows, items, devices and
+units of `workloads/accept/checks.py` and a real H200 record): per GPU the four matmul dtypes,
+the memory copy, both transfer directions and the NVML rows (NVLink: links active of the
+board's 18); per host the all-reduce sizes and its best busbw, the training run on GPU 0,
+DCGM and the busy-host row; `env` as collect_env writes it. Figures scatter within ±`noise`
+around healthy H100 SXM values.
+
+A `Defect` plants one fault, the kinds the fleet verdict exists to catch: a GPU fallen off
+the bus, NVLinks down, one slow GPU, a check or a dtype that left no rows, an empty or
+unfinished record. `workloads bench fleet` sizes the fleet step with these and measures the
+verdict's false-positive and miss rates; the generated-fleet tests draw from them.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
-MATMUL = (("float32", 51.0, 67.0), ("tf32", 370.0, 494.5), ("bfloat16", 700.0, 989.4),
-          ("float16", 700.0, 989.4))
-SIZES = ("1 MiB", "2 MiB", "4 MiB", "8 MiB", "16 MiB", "32 MiB", "64 MiB", "128 MiB",
-         "256 MiB", "512 MiB", "1 GiB")
-NVML_ROWS = ("PCIe link", "SM clock", "throttle reasons", "power", "temperature", "ECC",
-             "remapped rows")
+MATMUL = (("float32", 51.0, 67.0), ("tensorfloat32", 370.0, 494.5),
+          ("bfloat16", 700.0, 989.4), ("float16", 700.0, 989.4))
+ALLREDUCE_SIZES = ("1 MiB", "4 MiB", "16 MiB", "64 MiB", "256 MiB", "1 GiB")
+BOARD_LINKS = 18
+CHECKS = ["matmul", "membw", "transfer", "allreduce", "training", "nvml", "dcgm"]
+GPU_NAME = "NVIDIA H100 80GB HBM3"
+SOURCE = "H100 SXM5 80GB datasheet [h100-datasheet, 2023-09]"
+
+DEFECTS = ("missing GPU", "NVLink down", "slow GPU", "missing check", "missing dtype",
+           "empty record", "partial record")
+
+
+@dataclass(frozen=True)
+class Defect:
+    """One planted fault: `kind` (one of DEFECTS) and where it strikes.
+
+    `gpu`: the GPU that is missing, slow or has links down; `factor`: a slow GPU's figures
+    as a share of healthy ones; `links_down`: how many of its NVLinks are down; `check`: the
+    check that left no rows; `dtype`: the matmul dtype that left no rows.
+    """
+
+    kind: str
+    gpu: int = 0
+    factor: float = 0.8
+    links_down: int = 1
+    check: str = "allreduce"
+    dtype: str = "bfloat16"
+
+    def describe(self) -> str:
+        return {"missing GPU": f"GPU {self.gpu} missing", "NVLink down":
+                f"{self.links_down} NVLink(s) down on GPU {self.gpu}", "slow GPU":
+                f"GPU {self.gpu} at {self.factor:.0%}", "missing check": f"no {self.check} rows",
+                "missing dtype": f"no matmul {self.dtype} rows"}.get(self.kind, self.kind)
 
 
 def _row(check: str, device: str, item: str, value: float | None, unit: str,
-         limit: float | None, reason: str = "") -> dict[str, Any]:
-    return {"check": check, "device": device, "item": item, "verdict": "pass" if limit else "info",
-            "reason": reason or f"{item}: within its limit", "value": value, "unit": unit,
-            "limit": limit, "limit_source": "NVIDIA H100 SXM5 datasheet" if limit else None,
-            "details": {}, "fraction": value / limit if value is not None and limit else None}
+         limit: float | None, verdict: str = "pass", reason: str = "") -> dict[str, Any]:
+    return {"check": check, "device": device, "item": item, "verdict": verdict,
+            "reason": reason or (f"{value / limit:.0%} of {limit:g} {unit} ({SOURCE})"
+                                 if value is not None and limit else f"{item}: as expected"),
+            "value": value, "unit": unit, "limit": limit,
+            "limit_source": SOURCE if limit else None, "details": {},
+            "fraction": value / limit if value is not None and limit else None}
 
 
-def synthetic_record(host: str, gpus: int, rng: random.Random, slow_gpu: int | None = None
-                     ) -> dict[str, Any]:
-    """One host's record; `slow_gpu` runs at 60 % of its siblings."""
+def synthetic_record(host: str, gpus: int, rng: random.Random, slow_gpu: int | None = None,
+                     *, noise: float = 0.03, defect: Defect | None = None,
+                     slow_factor: float = 0.6) -> dict[str, Any]:
+    """One host's record; `slow_gpu` runs at `slow_factor` of its siblings; `defect` plants one
+    fault (it replaces `slow_gpu`)."""
+    if defect is not None and defect.kind == "slow GPU":
+        slow_gpu, slow_factor = defect.gpu, defect.factor
+    visible = [g for g in range(gpus)
+               if not (defect is not None and defect.kind == "missing GPU" and g == defect.gpu)]
+
     def jitter(value: float, gpu: int | None = None) -> float:
-        return value * rng.uniform(0.97, 1.03) * (0.6 if gpu is not None and gpu == slow_gpu else 1)
+        slow = slow_factor if gpu is not None and gpu == slow_gpu else 1.0
+        return value * rng.uniform(1 - noise, 1 + noise) * slow
 
-    rows = []
-    for gpu in range(gpus):
-        device = f"GPU {gpu}"
-        rows += [_row("matmul", device, dtype, jitter(v, gpu), "TFLOP/s", limit)
+    rows = [_row("dcgm", "host", "diag level 1", None, "", None, "pass", "PASS")]
+    for index, gpu in enumerate(visible):  # NVML numbers the GPUs it sees from 0
+        device = f"GPU {index}"
+        rows += [_row("matmul", device, f"{dtype} 8192²", jitter(v, gpu), "TFLOP/s", limit)
                  for dtype, v, limit in MATMUL]
-        rows.append(_row("membw", device, "copy", jitter(2900.0, gpu), "GB/s", 3350.0))
-        rows += [_row("transfer", device, direction, jitter(52.0, gpu), "GB/s", 63.0)
-                 for direction in ("host to device", "device to host")]
-        rows += [_row("nvml", device, name, None, "", None, f"{name}: normal")
-                 for name in NVML_ROWS]
-    every = f"GPUs 0-{gpus - 1}"
-    rows += [_row("allreduce", every, f"{size} busbw", jitter(370.0 * (i + 1) / len(SIZES)),
-                  "GB/s", 450.0) for i, size in enumerate(SIZES)]
-    rows.append(_row("training", every, "resnet50v2 mixed", jitter(20000.0), "images/s", None))
-    rows.append(_row("dcgm", "host", "diag level 1", None, "", None, "PASS"))
-    rows.append(_row("host", "host", "other processes", jitter(0.01), "share", None))
-    return {"schema": 1, "workload": "accept", "started_at": "2026-11-25T00:00:00Z",
-            "status": "done", "mode": "full", "verdict": "pass", "exit_code": 0,
-            "devices": [{"label": f"GPU {g}", "name": "NVIDIA H100 80GB HBM3",
-                         "model": "H100 SXM5 80GB", "pci_device_id": "0x2330"}
-                        for g in range(gpus)],
-            "env": {"host": host, "os": "Linux-6.8.0-x86_64-with-glibc2.39",
-                    "cpu": "AMD EPYC 9654 96-Core Processor", "cpu_count": 192,
-                    "memory_bytes": 2 * 1024**4, "gpus": ["NVIDIA H100 80GB HBM3"] * gpus,
-                    "driver": "570.124.06", "keras_backend": "tensorflow"},
-            "findings": rows}
+        rows.append(_row("membw", device, "copy 1024 MiB", jitter(2900.0, gpu), "GB/s", 3350.0))
+        rows += [_row("transfer", device, f"{direction} 256 MiB", jitter(52.0, gpu), "GB/s", 63.0)
+                 for direction in ("host→device", "device→host")]
+        rows += [_row("nvml", device, name, None, "", None, "pass", f"{name}: normal")
+                 for name in ("PCIe link", "SM clock", "throttling", "memory errors")]
+        if len(visible) > 1:
+            down = defect.links_down if defect is not None and defect.kind == "NVLink down" \
+                and gpu == defect.gpu else 0
+            active = BOARD_LINKS - down
+            rows.append(_row("nvml", device, "NVLink", active, "links", BOARD_LINKS,
+                             "pass" if not down else "fail", f"{active} of {BOARD_LINKS} links"))
+    label = f"GPUs ×{len(visible)}"
+    if len(visible) > 1:
+        steps = len(ALLREDUCE_SIZES)
+        busbw = [jitter(370.0 * (i + 1) / steps) for i in range(steps)]
+        rows += [_row("allreduce", label, size, value, "GB/s", None, "info")
+                 for size, value in zip(ALLREDUCE_SIZES, busbw, strict=True)]
+        rows.append(_row("allreduce", label, f"best busbw ({ALLREDUCE_SIZES[-1]})", max(busbw),
+                         "GB/s", 450.0))
+    elif visible:
+        rows.append(_row("allreduce", label, "sum", None, "", None, "skip",
+                         "one device: nothing to reduce across"))
+    if visible:
+        rows.append(_row("training", "GPU 0", "resnet50v2 128 px, mixed_float16, batch 128, XLA",
+                         jitter(180.0, visible[0]), "TFLOP/s", 989.4))
+    rows.append(_row("host", "host", "other load", jitter(1.0), "%", None, "pass",
+                     "other processes used 1% of the CPU time during the battery"))
+    if defect is not None and defect.kind == "missing check":
+        rows = [r for r in rows if r["check"] != defect.check]
+    if defect is not None and defect.kind == "missing dtype":
+        rows = [r for r in rows if not (r["check"] == "matmul"
+                                        and r["item"].startswith(f"{defect.dtype} "))]
+    record: dict[str, Any] = {
+        "schema": 1, "workload": "accept", "started_at": "2026-11-25T00:00:00Z",
+        "status": "done", "mode": "full", "checks_selected": list(CHECKS), "dcgm_level": 1,
+        "backend": "tensorflow", "verdict": "pass", "exit_code": 0,
+        "devices": [{"label": f"GPU {i}", "name": GPU_NAME, "model": "H100 SXM5 80GB",
+                     "pci_device_id": "0x2330"} for i in range(len(visible))],
+        "env": {"host": host, "os": "Linux-6.8.0-x86_64-with-glibc2.39",
+                "cpu": "AMD EPYC 9654 96-Core Processor", "cpu_count": 192,
+                "memory_bytes": 2 * 1024**4, "gpus": [GPU_NAME] * len(visible),
+                "driver": "570.124.06", "keras_backend": "tensorflow"},
+        "findings": rows}
+    if defect is not None and defect.kind == "empty record":
+        record["findings"] = []
+    if defect is not None and defect.kind == "partial record":
+        record["status"] = "running"
+        record["findings"] = [r for r in rows if r["check"] in ("dcgm", "matmul")]
+    return record

@@ -1,50 +1,77 @@
-"""Host verdicts: `fail` against the hardware, `warn` against the group, with the reasons."""
+"""Host verdicts: `fail` against the hardware, the record or the group, `warn` against the group.
+
+A host is `fail` when its battery did not run or left a partial record, when it lacks a GPU,
+an NVLink or a row its group has (`completeness`), when a check failed against its
+hardware's limit (the battery's own verdict), or when a figure is 30 % or more below the
+other hosts of its group or its own baseline; `warn` when a check warned or a figure is an
+outlier by less, or 5 % or more below its own baseline (`baselines`); `pass` otherwise.
+Every reason is one line per cause that names the device and the figure, so the report can
+be acted on without opening the record.
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
-from workloads.fleet.model import FleetVerdict, Host, HostVerdict, Outlier, worst
+from workloads.fleet.baselines import baseline_reasons
+from workloads.fleet.completeness import completeness
+from workloads.fleet.model import (
+    VERDICT_ORDER,
+    FleetVerdict,
+    Host,
+    HostVerdict,
+    Outlier,
+    Reason,
+    worst,
+)
 from workloads.fleet.outliers import MIN_GROUP, group_statistics
+from workloads.fleet.reasons import datasheet_reasons, outlier_reasons
 
 
-def judge(hosts: list[Host]) -> FleetVerdict:
-    """The fleet's verdict.
+def judge(hosts: list[Host], baselines: dict[str, Host] | None = None) -> FleetVerdict:
+    """The fleet's verdict: every host's, with the reasons, the statistics and a note.
 
-    A host is `fail` when its battery could not run or any check failed against its
-    hardware's limit; `warn` when a check warned against the limit or a figure is an
-    outlier against its group; `pass` otherwise. Every reason names the check, the device
-    and the figure, so the report can be acted on without opening the record.
+    `baselines` (host name to its accepted record) adds each host's drift from its own.
     """
     stats, outliers, small = group_statistics(hosts)
     by_host: dict[str, list[Outlier]] = defaultdict(list)
     for outlier in outliers:
         by_host[outlier.figure.host].append(outlier)
+    missing = completeness(hosts, baselines)
     verdicts = []
     for host in sorted(hosts, key=lambda h: h.name):
         if not host.ran:
             verdicts.append(HostVerdict(host.name, host.group, "fail",
-                                        [f"the battery did not run: {host.error}"]))
+                                        [f"the battery did not run: {host.error}"], [[]]))
             continue
-        levels: list[str] = []
-        reasons: list[str] = []
-        for figure in host.figures:
-            if figure.verdict in ("warn", "fail"):
-                levels.append(figure.verdict)
-                where = f"{figure.device} " if figure.device is not None else ""
-                reasons.append(f"{figure.verdict}: {where}{figure.check}: "
-                               f"{figure.reason or f'{figure.value:.4g} {figure.unit}'}")
-        for level, finding in host.findings:
-            levels.append(level)
-            reasons.append(f"{level}: {finding}")
-        for outlier in by_host.get(host.name, []):
-            levels.append("warn")
-            reasons.append(f"warn: outlier in its group: {outlier.reason()}")
-        verdicts.append(HostVerdict(host.name, host.group, worst(levels), reasons))
+        reasons: list[Reason] = [*missing.get(host.name, []),
+                                 *datasheet_reasons(host.figures),
+                                 *(Reason(level, text) for level, text in host.findings),
+                                 *outlier_reasons(host, by_host.get(host.name, [])),
+                                 *baseline_reasons(host, (baselines or {}).get(host.name))]
+        reasons.sort(key=lambda r: -VERDICT_ORDER.get(r.level, 0))
+        verdicts.append(HostVerdict(host.name, host.group, worst([r.level for r in reasons]),
+                                    [r.line() for r in reasons],
+                                    [list(r.evidence) for r in reasons]))
     return FleetVerdict(hosts=hosts, verdicts=verdicts, stats=stats, outliers=outliers,
-                        small_groups=small)
+                        small_groups=small, note=alone_note(hosts))
+
+
+def alone_note(hosts: list[Host]) -> str | None:
+    """What the report must say first when no host could be compared with siblings' figures."""
+    sizes = Counter(h.group for h in hosts if h.ran)
+    if not sizes or max(sizes.values()) >= MIN_GROUP:
+        return None
+    if max(sizes.values()) == 1:
+        return (f"Every host stands alone: {sum(sizes.values())} host(s), each the only one of "
+                "its hardware. No figure is compared with a sibling's; each verdict is the "
+                "host's record against its datasheet (and the inventory's GPU count, where "
+                "declared).")
+    return (f"No hardware group has {MIN_GROUP} or more hosts: no figure is compared with "
+            "its siblings'. Missing GPUs, NVLinks and rows are still compared within each group, "
+            "and each figure against its datasheet.")
 
 
 def small_group_note(group: str, size: int) -> str:
     return (f"group {group} has {size} host{'s' if size != 1 else ''}, fewer than {MIN_GROUP}: "
-            "too small for statistics, judged by the datasheet alone")
+            "too small for statistics, judged by its records and the datasheet alone")

@@ -10,9 +10,16 @@ The argument decides the report:
       plots (epoch time, images/s and speedup vs GPU count; GPU utilisation
       over time; CPU vs GPU bars) and a Markdown table;
   --fleet DIR, a run directory of `ansible-playbook accept.yml` (one <host>.json each)
-      the fleet verdict: hosts grouped by hardware, each check compared with the
-      datasheet (the battery's verdicts) and with the group's median (robust
-      outliers); fleet.html (one file, works offline), fleet.md, fleet.csv, fleet.json.
+      the fleet verdict: hosts grouped by GPU model, what a host lacks (GPUs, NVLinks,
+      rows) named, each check compared with the datasheet (the battery's verdicts) and
+      with the other hosts' median (robust outliers); with --baselines BDIR also with
+      each host's own accepted record, and the records of hosts that pass become the
+      baselines of hosts without one; fleet.html (one file, works offline), fleet.md,
+      fleet.csv, fleet.json;
+  --history DIR, the directory that holds the runs (results/acceptance)
+      each host's figures over time, run by run, beside its baseline
+      (DIR/baselines/<host>.json) with the last run's change against it; printed, and
+      written as history.html.
 """
 
 from __future__ import annotations
@@ -53,6 +60,26 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="judge a fleet: the run directory accept.yml wrote (results/acceptance/<run>)",
     )
+    parser.add_argument(
+        "--baselines",
+        type=Path,
+        metavar="BDIR",
+        help="with --fleet: compare each host with its accepted record in BDIR/<host>.json "
+        "and make the records of passing hosts without one their baselines "
+        "(accept.yml: results/acceptance/baselines)",
+    )
+    parser.add_argument(
+        "--renew-baselines",
+        action="store_true",
+        help="with --fleet and --baselines: every passing host's record replaces its baseline",
+    )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        metavar="DIR",
+        help="each host's figures over time: the directory that holds the runs "
+        "(results/acceptance)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -61,13 +88,30 @@ def is_sweep_dir(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.baselines is not None or args.renew_baselines) and args.fleet is None:
+        raise WorkloadError("--baselines and --renew-baselines go with --fleet",
+                            "run `workloads report --fleet RUN_DIR --baselines BDIR`")
+    if args.renew_baselines and args.baselines is None:
+        raise WorkloadError("--renew-baselines needs --baselines BDIR",
+                            "name the baselines directory (results/acceptance/baselines)")
+    if args.history is not None:
+        if args.inputs or args.fleet is not None:
+            raise WorkloadError("--history takes one directory and no other paths",
+                                "run `workloads report --history results/acceptance` on its own")
+        from workloads.fleet.command import render_history
+
+        text, page = render_history(args.history, args.output)
+        print(text, end="")
+        print(page)
+        return 0
     if args.fleet is not None:
         if args.inputs:
             raise WorkloadError("--fleet takes one run directory and no other paths",
                                 "run `workloads report --fleet DIR` on its own")
         from workloads.fleet.command import render_fleet, summary_line
 
-        fleet, written = render_fleet(args.fleet, args.output)
+        fleet, written = render_fleet(args.fleet, args.output, args.baselines,
+                                      renew=args.renew_baselines)
         print(summary_line(fleet))
         for path in written:
             print(path)
