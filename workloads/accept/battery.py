@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from workloads import busy
@@ -112,6 +113,7 @@ def run(
     nvml: Any = None,
     kernels: Any = None,
     soak_seconds: float = 0.0,
+    kernel_log: Path | None = None,
 ) -> Outcome:
     """Run the ``selected`` checks; returns their findings.
 
@@ -166,7 +168,9 @@ def run(
             findings += nvml_findings(watcher, targets, reference)
         if "errors" in selected:
             labels = {t.watch.facts.index: t.label for t in targets if t.watch is not None}
-            findings += errors.collect(nvml if watcher is not None else None, labels)
+            findings += errors.collect(
+                nvml if watcher is not None else None, labels, kernel_log_path=kernel_log
+            )
         if measured:
             findings.append(verdicts.busy_host(others, reference.busy_share))
         groups = {t.label: (t.model.model if t.model else t.device.name) for t in targets}

@@ -99,6 +99,13 @@ def register(sub: Any) -> None:
         help="standard (default) or deep: DCGM level 3 and a 300 s soak",
     )
     parser.add_argument(
+        "--kernel-log",
+        type=Path,
+        metavar="FILE",
+        help="read the XIDs from this saved kernel log (journalctl -k -b or dmesg text) "
+        "instead of this boot's journal: for a container, which may not read the host's",
+    )
+    parser.add_argument(
         "--output", metavar="PATH", help="record path (default: results/accept-HOST-TIME.json)"
     )
     parser.add_argument(
@@ -155,6 +162,12 @@ def run(args: argparse.Namespace) -> int:
     level = args.level if args.level is not None else int(profile["level"])
     soak = args.soak if args.soak is not None else float(profile["soak"])
     only = selected_checks(args.only, soak)
+    if args.kernel_log is not None and not args.kernel_log.is_file():
+        what = "not a regular file" if args.kernel_log.exists() else "no such file"
+        raise WorkloadError(
+            f"--kernel-log {str(args.kernel_log)[:120]}: {what}",
+            "give a saved kernel log (journalctl -k -b > FILE), or leave the option out",
+        )
     output = ensure_writable(
         Path(args.output) if args.output else default_output("accept", platform.node() or "host")
     )
@@ -183,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         load(),
         battery.Progress(enabled=not args.json),
         soak_seconds=soak,
+        kernel_log=args.kernel_log,
     )
     record.update(out.record_fields(outcome, args.quick, only, level))
     record.update(profile=args.profile, soak_s=soak)
