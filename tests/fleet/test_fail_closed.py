@@ -243,8 +243,9 @@ def test_rows_that_only_report_a_problem_are_nobody_elses_due() -> None:
         finding("errors", f"GPU {g}", "XID 79", None, verdict="fail",
                 reason="GPU has fallen off the bus: reset the GPU, then drain and RMA")
         for g in (1, 2)]
-    records[0]["findings"].append(finding("p2p", "GPUs ×4", "GPU 0 → GPU 3", 12.0, unit="GB/s",
-                                          limit=300.0, verdict="warn", reason="4% of 300 GB/s"))
+    records[0]["findings"].append(finding("p2p", "GPU 0 → GPU 3", "copy 256 MiB", 12.0,
+                                          unit="GB/s", limit=300.0, verdict="warn",
+                                          reason="4% of 300 GB/s"))
     fleet = judge([host_from_record(r["env"]["host"], r) for r in records])
     verdicts = {v.host: v for v in fleet.verdicts}
     assert (verdicts["h1"].verdict, verdicts["h1"].reasons) == ("pass", [])

@@ -92,6 +92,10 @@ def test_one_bad_link_is_named_by_its_two_gpus() -> None:
     assert [(f.device, f.verdict) for f in pairs] == [("GPU 2 → GPU 5", FAIL),
                                                       ("GPU 5 → GPU 2", WARN)]
     assert "the link between GPU 2 and GPU 5" in pairs[0].reason
+    assert summary.details["verdict"][2][5] == FAIL and summary.details["verdict"][5][2] == WARN
+    assert summary.details["verdict"][0][1] == PASS and summary.details["verdict"][1][1] is None
+    assert "2 pair(s) below their line: GPU 2 → GPU 5 150, GPU 5 → GPU 2 290 GB/s" in (
+        summary.reason)
 
 
 def test_a_pair_without_peer_access_on_an_nvlink_board_fails() -> None:

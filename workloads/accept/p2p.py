@@ -64,11 +64,11 @@ def check_p2p(
                 by_label.get(source.label), by_label.get(target.label), reference
             )
             limits[i][j] = limit
-            pairs.append(
-                _pair_finding(
-                    source, target, gbps, peer, limit, source_text, threshold, size, reference
-                )
+            pair = _pair_finding(
+                source, target, gbps, peer, limit, source_text, threshold, size, reference
             )
+            verdict_of[i][j] = pair.verdict
+            pairs.append(pair)
     figures = [
         (matrix[i][j], i, j) for i in range(len(devices)) for j in range(len(devices)) if i != j
     ]
@@ -77,9 +77,13 @@ def check_p2p(
     summary_verdict = worst(f.verdict for f in pairs)
     judged = [f for f in pairs if f.limit]
     slow_pair = pairs[[(a, b) for _, a, b in figures].index((i, j))]
+    below = [f for f in pairs if f.verdict in (verdicts.WARN, FAIL)]
+    named = ", ".join(f"{f.device} {f.value:,.0f}" for f in below[:4])
+    more = f" and {len(below) - 4} more" if len(below) > 4 else ""
     reason = (
         f"slowest pair {labels[i]} → {labels[j]} {slowest:,.1f} GB/s, median {median:,.1f} GB/s"
         + (f"; {slow_pair.reason}" if slow_pair.limit else "")
+        + (f"; {len(below)} pair(s) below their line: {named}{more} GB/s" if below else "")
         + ("" if judged else "; no interconnect limit to judge against: figures only")
     )
     details: dict[str, Any] = {
@@ -105,8 +109,7 @@ def check_p2p(
         slow_pair.limit_source,
         details,
     )
-    named = [f for f in pairs if f.verdict in (verdicts.WARN, FAIL)]
-    return [summary, *named]
+    return [summary, *below]
 
 
 def pair_limit(

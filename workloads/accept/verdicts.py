@@ -265,7 +265,10 @@ def nvlink(
     if spec is None:
         if not active:
             return None
-        return Finding("nvml", device, "NVLink", INFO, f"{active} links active (no reference)")
+        return Finding(
+            "nvml", device, "NVLink", INFO, f"{active} links active (no reference)",
+            value=active, unit="links",
+        )
     if not active:
         if spec.optional:
             return None  # a PCIe card without its bridge: nothing to expect

@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
 from workloads.fleet.baselines import comparable, since
-from workloads.fleet.load import PERFORMANCE_CHECKS
+from workloads.fleet.load import PERFORMANCE_CHECKS, ranked_key
 from workloads.fleet.model import Host, Link, Reason
 from workloads.fleet.reasons import device_list
 
@@ -59,7 +59,7 @@ class Group:
         holders = Counter(key for h in hosts for key in h.rows)
         healthy = Counter(key for h in hosts for key in h.rows if key not in h.problem_rows)
         due = Counter({key: count for key, count in holders.items()
-                       if healthy[key] or _check_of(key) in PERFORMANCE_CHECKS})
+                       if healthy[key] or ranked_key(key)})
         return cls(hosts=hosts, gpus=_majority([h.gpus for h in hosts]) if hosts else None,
                    links=_majority(peers) if sum(1 for h in hosts if h.links) >= 2 else None,
                    holders=due,

@@ -72,7 +72,29 @@ _DETAIL = re.compile(r"\s*\([^()]*\)$")
 # The battery's checks whose figures are performance, higher being better: these are
 # compared across hosts. Its other rows with a figure (the host's other load, NVML's power
 # and temperature) are conditions: their own verdicts count, their figures are not ranked.
-PERFORMANCE_CHECKS = frozenset({"matmul", "membw", "transfer", "allreduce", "training"})
+PERFORMANCE_CHECKS = frozenset({"matmul", "membw", "transfer", "allreduce", "p2p", "training"})
+P2P_SUMMARY = "pair matrix"  # the p2p row with the slowest pair: its one ranked figure
+
+
+def _ranked(row: dict[str, Any]) -> bool:
+    """A performance row with a figure: compared across hosts.
+
+    Of the pair matrix only its summary (the slowest pair) is ranked; a row per bad pair
+    ("GPU 2 → GPU 5") says which, and is the summary's evidence, not a figure of its own.
+    """
+    if row.get("check") not in PERFORMANCE_CHECKS or _number(row.get("value")) is None:
+        return False
+    return row.get("check") != "p2p" or row.get("item") == P2P_SUMMARY
+
+
+def _is_pair_row(row: dict[str, Any]) -> bool:
+    return row.get("check") == "p2p" and row.get("item") != P2P_SUMMARY
+
+
+def ranked_key(key: str) -> bool:
+    """Whether a row key (``row_key``: "check item") names a ranked performance row."""
+    check = key.split(" ", 1)[0]
+    return check in PERFORMANCE_CHECKS and (check != "p2p" or key == f"p2p {P2P_SUMMARY}")
 
 
 def _is_link_row(row: dict[str, Any]) -> bool:
@@ -84,11 +106,10 @@ def _figures(host: str, record: dict[str, Any]) -> tuple[list[Figure], list[Reas
     figures = []
     broken: list[str] = []
     for row in _rows(record):
-        if row.get("check") not in PERFORMANCE_CHECKS:
+        if not _ranked(row):
             continue
         value = _number(row.get("value"))
-        if value is None:
-            continue
+        assert value is not None
         device = _device(row)
         if not math.isfinite(value) or value < 0:
             where = f"{device} " if device else ""
@@ -137,8 +158,10 @@ def _findings(record: dict[str, Any], links: list[Link]) -> list[tuple[str, str]
     out = []
     for row in _rows(record):
         verdict = str(row.get("verdict", "pass"))
-        ranked = row.get("check") in PERFORMANCE_CHECKS and _number(row.get("value")) is not None
+        ranked = _ranked(row)
         if _is_link_row(row) and str(row.get("device") or "?") in short:
+            continue
+        if _is_pair_row(row):  # named in the pair matrix's own reason, drawn in the report
             continue
         if verdict in ("warn", "fail") and not ranked:
             device = str(row.get("device") or "")
@@ -220,7 +243,19 @@ def host_from_record(name: str, record: dict[str, Any]) -> Host:
                 problem_rows=problem_rows,
                 selected=[str(c) for c in selected] if isinstance(selected, list) else [],
                 partial=bool(partial), problems=[*partial, *broken, *bad_expectation],
-                started_at=str(record["started_at"])[:40] if record.get("started_at") else None)
+                started_at=str(record["started_at"])[:40] if record.get("started_at") else None,
+                p2p=_pair_matrix(record))
+
+
+def _pair_matrix(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The pair matrix's details (labels, GB/s, verdicts), for the report to draw."""
+    for row in _rows(record):
+        details = row.get("details")
+        if row.get("check") == "p2p" and row.get("item") == P2P_SUMMARY and isinstance(
+            details, dict
+        ) and isinstance(details.get("labels"), list) and isinstance(details.get("gbps"), list):
+            return {**details, "row_verdict": str(row.get("verdict", ""))}
+    return None
 
 
 def load_fleet(directory: Path) -> list[Host]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Verdict = Literal["pass", "warn", "fail", "skip"]
 VERDICT_ORDER: dict[str, int] = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
@@ -88,6 +88,7 @@ class Host:
     partial: bool = False
     problems: list[Reason] = field(default_factory=list)
     started_at: str | None = None
+    p2p: dict[str, Any] | None = None  # the battery's GPU-pair matrix, as its record holds it
 
     @property
     def ran(self) -> bool:

@@ -32,7 +32,10 @@ ul.reasons { margin: 0; padding-left: 1.2em; }
 svg text { font: 11px system-ui, sans-serif; } .note { color: #555; }
 .alone { border-left: 4px solid #c62828; padding: .4em .8em; background: #fdecea; }
 details.evidence summary { cursor: pointer; } details.evidence ul { color: #555; }
+table.pairs td { text-align: right; font-variant-numeric: tabular-nums; }
+table.pairs td.warn { background: #ffe0b2; } table.pairs td.fail { background: #ffcdd2; }
 """
+MAX_PAIR_DEVICES = 72  # an NVL72 domain; a record claiming more is not drawn
 
 
 def _e(text: object) -> str:
@@ -153,6 +156,59 @@ def _chart(stats: SeriesStats, figures: list[Figure],
     return "".join(parts)
 
 
+def _pairs(fleet: FleetVerdict) -> list[str]:
+    """Each host's GPU-pair matrix whose battery found a pair below its line, then the rest.
+
+    GB/s from the row's GPU to the column's; a pair below its warn or fail line is coloured,
+    and ``*`` marks one the driver copied through host memory. Everything comes from the
+    host's record: numbers are checked to be numbers, and a matrix of more devices than an
+    NVLink domain holds is not drawn.
+    """
+    hosts = [h for h in fleet.hosts if h.p2p]
+    if not hosts:
+        return []
+    hosts.sort(key=lambda h: ((h.p2p or {}).get("row_verdict") not in ("fail", "warn"), h.name))
+    out = ['<section id="pairs"><h2>GPU pairs</h2><p class="note">GB/s of a copy from the '
+           "row's device to the column's (the copy engines, as nvbandwidth); coloured: below "
+           "the pair's warn or fail line; *: no direct peer access (through host memory).</p>"]
+    for host in hosts:
+        matrix = host.p2p or {}
+        labels = [str(x) for x in matrix.get("labels", [])][:MAX_PAIR_DEVICES]
+        rows = matrix.get("gbps") or []
+        verdicts = matrix.get("verdict") if isinstance(matrix.get("verdict"), list) else None
+        direct = matrix.get("direct") if isinstance(matrix.get("direct"), list) else None
+        if not labels or len(rows) != len(labels):
+            continue
+        summary = str(matrix.get("row_verdict") or "")
+        head = "".join(f"<th>{_e(label)}</th>" for label in labels)
+        body = []
+        for i, label in enumerate(labels):
+            cells = []
+            for j in range(len(labels)):
+                value = _cell(rows, i, j)
+                verdict = _cell(verdicts, i, j) if verdicts else None
+                mark = "*" if direct and _cell(direct, i, j) is False else ""
+                kind = verdict if verdict in ("warn", "fail") else ""
+                text = "-" if not isinstance(value, int | float) else f"{value:,.0f}{mark}"
+                cells.append(f'<td class="{kind}" data-from="{_e(label)}" '
+                             f'data-to="{_e(labels[j])}">{_e(text)}</td>')
+            body.append(f"<tr><th>{_e(label)}</th>{''.join(cells)}</tr>")
+        is_open = " open" if summary in ("fail", "warn") else ""
+        out.append(f'<details class="pairs" data-host="{_e(host.name)}"{is_open}><summary>'
+                   f"{_e(host.name)} {_badge(summary) if summary else ''}</summary>"
+                   f'<table class="pairs"><tr><th>from \\ to</th>{head}</tr>{"".join(body)}'
+                   "</table></details>")
+    out.append("</section>")
+    return out
+
+
+def _cell(matrix: object, i: int, j: int) -> object:
+    try:
+        return matrix[i][j]  # type: ignore[index]
+    except (IndexError, KeyError, TypeError):
+        return None
+
+
 def render_html(fleet: FleetVerdict, title: str) -> str:
     """The whole page."""
     outlying = {(o.figure.host, o.figure.check, o.figure.device) for o in fleet.outliers}
@@ -179,5 +235,7 @@ def render_html(fleet: FleetVerdict, title: str) -> str:
         if not figures:
             continue
         out.append(f"<h4>{_e(stats.series)}</h4>{_chart(stats, figures, outlying)}")
-    out.append("</section></body></html>")
+    out.append("</section>")
+    out.extend(_pairs(fleet))
+    out.append("</body></html>")
     return "\n".join(out)
