@@ -164,9 +164,8 @@ def register_host_only(sub: Any, name: str) -> None:
 
     def refuse(_: argparse.Namespace) -> int:
         raise WorkloadError(
-            f"`workloads {name}` drives the Docker engine from the host, and this is an image "
-            "(WORKLOADS_HOST_COMMANDS=0), where there is no engine to drive",
-            f"run it on the host: scripts/bootstrap.sh cpu, then .venv/bin/workloads {name}",
+            f"`workloads {name}` drives the host's Docker engine; this is an image",
+            "run it on the host (scripts/bootstrap.sh cpu, then .venv/bin/workloads)",
         )
 
     parser.set_defaults(func=refuse)

@@ -312,6 +312,6 @@ def test_a_workload_never_appends_through_a_planted_records_log(tmp_path: Path) 
     assert result.returncode == 2, result.stderr
     errors = _errors(result)
     assert len(errors) == 1 and "records.jsonl beside it is a symbolic link" in errors[0], errors
-    assert f"the record is safe in {results / 'run.json'}" in errors[0]
+    assert "the record is safe in" in errors[0] and "results/run.json" in errors[0]
     assert (results / "run.json").exists()
     assert outside.snapshot() == before

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from workloads.bounded import SPEC_MAX_BYTES, BadInput, read_yaml
 from workloads.errors import WorkloadError
 from workloads.sweep.workload import Value, Workload, load_workload
 
@@ -129,21 +128,17 @@ def load_spec(path: Path) -> SweepSpec:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    """The spec's mapping, read in bounded size, depth and nodes (:mod:`workloads.bounded`)."""
     try:
-        text = path.read_text()
+        data = read_yaml(path, SPEC_MAX_BYTES)
     except FileNotFoundError:
         raise WorkloadError(f"spec {path} does not exist", "check the path") from None
+    except IsADirectoryError:
+        raise WorkloadError(f"spec {path} is a directory", "give the spec's file") from None
     except OSError as exc:
         raise WorkloadError(f"cannot read spec {path} ({exc.strerror})", "check the path") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise WorkloadError(
-            f"{path}{where} is not valid YAML ({what})", "fix the YAML syntax there"
-        ) from None
+    except BadInput as exc:
+        raise WorkloadError(f"{path} {exc}", "fix the YAML there") from None
     if not isinstance(data, dict):
         raise WorkloadError(
             f"{path} is not a YAML mapping", "start with 'workload: style' and a 'vary:' block"
