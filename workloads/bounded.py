@@ -12,15 +12,17 @@ every reader here:
   most cap + 1 bytes (a file that grows meanwhile is still refused);
 * checks the text before the parser sees it: JSON nesting (one pass over the
   bytes, strings skipped), number lengths (``parse_int``/``parse_float`` refuse
-  more than :data:`NUMBER_CHARS_MAX` characters), YAML nesting, aliases and node
-  count (``yaml.compose`` builds the node graph without constructing anything);
+  more than :data:`NUMBER_CHARS_MAX` characters), YAML flow nesting (PyYAML's
+  scanner is quadratic in it), then YAML depth, aliases and node count on the
+  composed node graph, before anything is constructed;
 * turns every failure into :class:`BadInput` (a ``ValueError``), whose message is
   one line: callers add the file's name and the fix.
 
-The bound, for a file of ``n`` bytes under its cap: time linear in ``n``; memory at
-most about 80 times ``n`` for JSON (an empty ``{}`` costs CPython 64 bytes; the text
-itself, decoded, ``n``), and for YAML the node graph PyYAML composes (a few hundred
-bytes a node; aliases are counted, never expanded).
+The bound, for a file of ``n`` bytes under its cap: time linear in ``n`` (for YAML
+about a second per 100 kB with libyaml, ten with pure-Python PyYAML: hence a spec's
+256 KiB cap); memory at most about 80 times ``n`` for JSON (an empty ``{}`` costs
+CPython 64 bytes; the text itself, decoded, ``n``), and for YAML the node graph
+PyYAML composes (a few hundred bytes a node; aliases are counted, never expanded).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ YAML_DEPTH_MAX = 32
 YAML_NODES_MAX = 100_000  # nodes after counting every alias as a copy (a spec has hundreds)
 RECORD_MAX_BYTES = 16 << 20  # a record is a few kB; one with a long loss history, a few MB
 LOG_MAX_BYTES = 256 << 20  # records.jsonl: about a hundred thousand records
-SPEC_MAX_BYTES = 1 << 20  # a sweep spec is under 10 kB
+SPEC_MAX_BYTES = 256 << 10  # a sweep spec is under 10 kB
 
 
 class BadInput(ValueError):
@@ -130,7 +132,12 @@ def read_json_lines(path: Path, limit: int = LOG_MAX_BYTES) -> list[Any]:
     return found
 
 
-class _CheckedLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it (the wheels are): linear, and about ten
+# times faster than the pure-Python one, which is used otherwise.
+_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _CheckedLoader(_SAFE_LOADER):
     """PyYAML's safe loader, with the composed node graph checked before construction."""
 
     def construct_document(self, node: yaml.Node) -> Any:
@@ -164,8 +171,28 @@ def _check_yaml_nodes(root: yaml.Node) -> None:
     size(root, 0)
 
 
-def loads_yaml(text: str) -> Any:
-    """``yaml.safe_load`` with nesting, aliases and node count bounded (see module)."""
+def _flow_depth(text: str) -> int:
+    """The deepest run of open ``[`` and ``{`` (quotes not parsed: only ever an overcount)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
+def loads_yaml(text: str, limit: int = SPEC_MAX_BYTES) -> Any:
+    """``yaml.safe_load`` with size, nesting, aliases and node count bounded (see module).
+
+    PyYAML is pure Python (about a megabyte a second), so the size cap is also
+    the time bound: at most ``limit`` characters.
+    """
+    if len(text) > limit:
+        raise BadInput(f"is {len(text)} characters, over the {limit} this reader accepts")
+    if _flow_depth(text) > YAML_DEPTH_MAX:  # PyYAML's scanner is quadratic in it
+        raise BadInput(f"nests deeper than {YAML_DEPTH_MAX} levels")
     try:
         return yaml.load(text, Loader=_CheckedLoader)  # a SafeLoader: constructs no objects
     except BadInput:
@@ -186,4 +213,4 @@ def read_yaml(path: Path, limit: int = SPEC_MAX_BYTES) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput(f"is not UTF-8 text (byte {brief(exc.start)})") from None
-    return loads_yaml(text)
+    return loads_yaml(text, limit)

@@ -68,15 +68,18 @@ TOKEN_KEPT = 24  # a long path or URL keeps its last 24 characters (the file's n
 def _shorten_tokens(text: str, excess: int) -> str:
     """``text`` with its longest words (paths, URLs, quoted values) cut from the front.
 
-    Each word keeps at least its last :data:`TOKEN_KEPT` characters (two thirds of
-    that if the line is still too long), so a path still ends in the file's name
-    and the words around it stay whole.
+    Paths and URLs (words with a ``/``) go first, each keeping at least its last
+    :data:`TOKEN_KEPT` characters (two thirds of that if the line is still too
+    long), so a path still ends in the file's name; other long words only then.
     """
     words = text.split(" ")
-    for kept in (TOKEN_KEPT, TOKEN_KEPT * 2 // 3):
+    for kept, paths_only in ((TOKEN_KEPT, True), (TOKEN_KEPT * 2 // 3, True),
+                             (TOKEN_KEPT, False)):
         for index in sorted(range(len(words)), key=lambda i: -len(words[i])):
             if excess <= 0 or len(words[index]) <= kept:
                 break
+            if paths_only and "/" not in words[index]:
+                continue
             keep = max(kept, len(words[index]) - excess) - len(_SHORTENED)
             excess -= len(words[index]) - keep - len(_SHORTENED)
             words[index] = _SHORTENED + words[index][-keep:]
@@ -93,8 +96,8 @@ def one_line(problem: str, fix: str | None = None, limit: int = LINE_MAX) -> str
     problem = printable(problem)
     fix = printable(fix) if fix else ""
     excess = len(problem) + (len(fix) + 2 if fix else 0) - limit
-    if excess > 0:
-        problem = _shorten_tokens(problem, excess)
+    if excess > 0:  # the long words of both: a path in the fix goes before the problem's words
+        problem, _, fix = _shorten_tokens(f"{problem} \0 {fix}", excess).partition(" \0 ")
     if not fix:
         return shorten(problem, limit)
     room = limit - len(fix) - 2

@@ -134,8 +134,7 @@ def check_pickle(data: bytes, limits: PickleLimits) -> PickleShape:
         raise UnsafePickle(f"has {len(data) - stream.tell()} bytes after its STOP opcode")
     if highest_index >= memo_stores:
         raise UnsafePickle(
-            f"uses memo index {brief(highest_index)} with only {memo_stores} memo stores "
-            "(which would make the unpickler allocate for that index)"
+            f"uses memo index {brief(highest_index)} with only {memo_stores} memo stores"
         )
     return PickleShape(opcodes, memo_stores, deepest, hashed)
 

@@ -180,8 +180,8 @@ def test_a_job_across_nodes_with_only_loopback_stops_in_one_line(nodes: Nodes) -
     lines = done.stderr.strip().splitlines()
     assert lines == [
         "workloads cifar10: error: node gpu-node01: no address other nodes reach (resolves to "
-        "127.0.1.1); set WORKLOADS_WORKER_ADDRESS, or map the name to its cluster address"],
-        done.stderr
+        "127.0.1.1); set WORKLOADS_WORKER_ADDRESS, or map the name to its cluster address"
+    ], done.stderr
     assert not out.exists()
 
 

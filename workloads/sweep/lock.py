@@ -140,7 +140,7 @@ def _lock_run(directory: Path, run: int) -> int:
         os.close(fd)
         raise RunBusy(
             f"run {directory.name} is still live in another process ({holder})",
-            "leave it to finish (its row lands in the database), or stop that process first",
+            "let it finish, or stop that process first",
         ) from None
     try:
         _write_holder(fd)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.bounded import SPEC_MAX_BYTES, BadInput, read_yaml
-from workloads.errors import WorkloadError
+from workloads.errors import WorkloadError, brief, clip
 from workloads.sweep.workload import Value, Workload, load_workload
 
 MODES = ("star", "grid")
@@ -163,11 +163,11 @@ def _check_name(workload: Workload, key: Any, where: str, fail: Any) -> None:
     """
     if key in workload.options:
         return
-    close = difflib.get_close_matches(str(key).replace("-", "_"), sorted(workload.options), n=3)
+    close = difflib.get_close_matches(str(key).replace("-", "_"), sorted(workload.options), n=2)
     hint = f" (did you mean {' or '.join(close)}?)" if close else ""
     raise fail(
         f"{where}: unknown parameter of {workload.name}{hint}",
-        f"parameters are the options of '{workload.help_command}', - as _",
+        f"see '{workload.help_command}'",
     )
 
 
@@ -178,7 +178,7 @@ def _normalise(workload: Workload, key: str, value: Any, where: str, fail: Any) 
     except ValueError as exc:
         flag = workload.option(key).flag
         raise fail(
-            f"{where}: bad value {value!r} ({exc})",
+            f"{where}: bad value {brief(value)} ({clip(str(exc), 100)})",
             f"see 'workloads {workload.name} --help' for {flag}",
         ) from None
 
