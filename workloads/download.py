@@ -127,7 +127,7 @@ class DownloadTooLarge(OSError):
 
     def __init__(self, url: str, size: int, limit: int, *, announced: bool) -> None:
         what = f"announces {brief(size)} bytes" if announced else "sent more"
-        super().__init__(f"the server {what}, over the {limit}-byte cap for this file")
+        super().__init__(f"{what}, over the {limit}-byte cap")
         self.url = url
         self.size = size
         self.limit = limit

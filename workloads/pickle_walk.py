@@ -126,8 +126,8 @@ def check_pickle(data: bytes, limits: PickleLimits) -> PickleShape:
     except UnsafePickle:
         raise
     except Exception as exc:  # genops on bytes it cannot read: truncated, unknown opcode, ...
-        raise UnsafePickle(f"is not a readable pickle ({type(exc).__name__}: "
-                           f"{clip(str(exc), 80)})") from None
+        raise UnsafePickle(f"is not a readable pickle ({clip(str(exc), 60) or type(exc).__name__})"
+                           ) from None
     if not stopped:
         raise UnsafePickle("ends without a STOP opcode")
     if stream.tell() != len(data):

@@ -69,7 +69,7 @@ class _CappedStream:
         self._consumed += len(chunk)
         if self._consumed > self._limit:
             raise BadArchive(
-                f"unpacks to more than {self._limit} bytes (the real archive unpacks to 186 MB)"
+                f"unpacks to more than {self._limit} bytes (CIFAR-10: 186 MB)"
             )
         return chunk
 
@@ -91,7 +91,7 @@ def _check_size(info: tarfile.TarInfo, limit: int) -> None:
     if not 0 <= info.size <= limit:
         raise BadArchive(
             f"declares {brief(info.name, 40)} as {brief(info.size)} bytes, outside the 0 to "
-            f"{limit} a CIFAR-10 entry can be (a real batch: 31 MB)"
+            f"{limit}"
         )
 
 

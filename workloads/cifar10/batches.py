@@ -274,7 +274,7 @@ def unpickle_batch(raw: bytes) -> Any:
         raise
     except Exception as exc:  # untrusted input: every failure is a bad batch
         raise BadBatch(
-            f"is not a readable pickle ({type(exc).__name__}: {clip(str(exc), 80)})"
+            f"is not a readable pickle ({clip(str(exc), 60) or type(exc).__name__})"
         ) from exc
 
 

@@ -160,8 +160,8 @@ def fetch(url: str, dest: Path) -> Path:
         )
     except DownloadTooLarge as exc:
         raise WorkloadError(
-            f"the download from {url} is refused: {exc}",
-            f"check WORKLOADS_CIFAR10_URL, or put the archive in {dest.parent}",
+            f"{url} is refused: it {exc}",
+            "check WORKLOADS_CIFAR10_URL, or place the archive with --data-dir",
         ) from exc
     except ChecksumMismatch as exc:
         raise WorkloadError(  # digests cut to 12 digits: the line stays readable
@@ -184,7 +184,7 @@ def load_archive(path: Path) -> Cifar10:
     in training or, worse, not at all.
     """
     wanted = (*TRAIN_MEMBERS, TEST_MEMBER)
-    fix = "delete it and download it again (mirrors: WORKLOADS_CIFAR10_URL, _SHA256)"
+    fix = "delete it and download it again"
     parts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     member = ""
     try:
@@ -198,7 +198,8 @@ def load_archive(path: Path) -> Cifar10:
         # tarfile lets a pax record's number through as ValueError (int() past 4300
         # digits), so any failure of the untrusted file ends here, named by its type.
         raise WorkloadError(
-            f"{path} is not a CIFAR-10 python archive ({type(exc).__name__}: {clip(str(exc), 40)})",
+            f"{path} is not a valid CIFAR-10 python archive "
+            f"({type(exc).__name__}: {clip(str(exc), 40)})",
             "delete it and download it again",
         ) from exc
     x_train = np.concatenate([parts[m][0] for m in TRAIN_MEMBERS])

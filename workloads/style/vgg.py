@@ -68,10 +68,10 @@ def load_vgg19(source: WeightsSource, seed: int, precision: str = "float32") -> 
         try:
             model.load_weights(str(source.path))
         except Exception as exc:  # h5py, ValueError on layer/shape mismatch, ...
-            reason = clip(str(exc), 50) or type(exc).__name__
+            reason = clip(str(exc), 40) or type(exc).__name__
             raise WorkloadError(
                 f"{source.path} is not Keras VGG19 no-top weights ({reason})",
-                "use --weights imagenet (or keras-applications' VGG19 no-top file)",
+                "use --weights imagenet",
             ) from exc
     return model
 

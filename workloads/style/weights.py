@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workloads.download import ChecksumMismatch, fetch_verified, md5sum, pace_from_env
-from workloads.errors import WorkloadError
+from workloads.errors import WorkloadError, clip
 
 FILE_NAME = "vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5"
 URL = "https://storage.googleapis.com/tensorflow/keras-applications/vgg19/" + FILE_NAME
@@ -114,7 +114,7 @@ def verify(path: Path) -> None:
     if actual != weights_md5():
         raise WorkloadError(
             f"{path} has MD5 {actual[:12]}..., not {weights_md5()[:12]}... (a wrong file)",
-            "delete it to download it again, or copy the real file there",
+            "delete it to download it again",
         )
 
 
@@ -144,8 +144,7 @@ def download(url: str, target: Path) -> Path:
         ) from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        source = "" if url == URL else f" from {url}"
         raise WorkloadError(
-            f"VGG19's ImageNet weights are not cached, and the download{source} failed ({reason})",
-            f"put the file in {target.parent}, or use --weights random",
+            f"VGG19 weights not cached, download failed ({clip(str(reason), 36)})",
+            f"put {FILE_NAME} in {target.parent}",
         ) from exc
