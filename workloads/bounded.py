@@ -55,14 +55,29 @@ def read_capped(path: Path, limit: int) -> bytes:
 
     ``OSError`` (missing, unreadable) passes through: callers word those themselves.
     """
-    with open(path, "rb") as handle:
+    with open(path, "rb", buffering=0) as handle:
         info = os.fstat(handle.fileno())
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             raise BadInput(f"is {info.st_size} bytes, over the {limit} this reader accepts")
-        data = handle.read(limit + 1)
-    if len(data) > limit:
+        return read_at_most(handle, limit)
+
+
+def read_at_most(handle: Any, limit: int) -> bytes:
+    """All of ``handle`` if it holds at most ``limit`` bytes, else :class:`BadInput`.
+
+    Read in chunks: ``read(limit + 1)`` would allocate the whole limit up front,
+    whatever the file holds (a 9-byte file read with a 256 MiB limit costs 256 MiB).
+    """
+    chunks, total = [], 0
+    while total <= limit:
+        chunk = handle.read(min(1 << 20, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    if total > limit:
         raise BadInput(f"is over the {limit} bytes this reader accepts")
-    return data
+    return b"".join(chunks)
 
 
 def json_depth(text: str | bytes) -> int:

@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 import psweep as ps
 
+from workloads.bounded import BadInput, read_at_most
 from workloads.errors import WorkloadError
 from workloads.pickle_walk import PickleLimits, UnsafePickle, check_pickle
 from workloads.records import atomic_write_bytes
@@ -126,7 +127,10 @@ def _load(path: Path) -> pd.DataFrame | None:
             raise WorkloadError(
                 f"sweep database {path} is {info.st_size} bytes, over the {DATABASE_MAX_BYTES}"
                 " read", "move it aside: the next sweep adopts the runs from their records")
-        data = fh.read(DATABASE_MAX_BYTES + 1)
+        try:
+            data = read_at_most(fh, DATABASE_MAX_BYTES)  # never allocates the cap up front
+        except BadInput as exc:
+            raise WorkloadError(f"sweep database {path} {exc}", "move it aside") from None
         try:
             check_pickle(data, DATABASE_LIMITS)
         except UnsafePickle as exc:
