@@ -59,6 +59,8 @@ environment:
   KERAS_BACKEND      tensorflow (default), jax or torch for the Keras-3 workloads
   WORKLOADS_CACHE    download cache (CIFAR-10 archive, VGG19 weights); default ~/.cache/workloads
   WORKLOADS_RESULTS  default directory for records; default ./results
+  WORKLOADS_DOWNLOAD_DEADLINE_S, WORKLOADS_DOWNLOAD_MIN_RATE, WORKLOADS_DOWNLOAD_RATE_WINDOW_S
+                     a download's deadline (3600 s) and minimum rate (50000 bytes/s over 30 s)
   WORKLOADS_WORKER_BIND  SLURM multi-worker runs: node (default) keeps each TensorFlow
                      worker on its node's address; any listens on every interface
   WORKLOADS_WORKER_ADDRESS  that node address (default: the route to the job's other nodes)

@@ -134,3 +134,12 @@ def test_the_command_line_says_it_in_one_line_with_exit_2(
                      run_env)
     assert result.returncode == 2, result.stderr[-2000:]
     assert_one_line_error(result, "cifar10", "cannot download", fragment)
+
+
+def test_the_settings_are_in_help() -> None:
+    from workloads.cifar10.command import EPILOG as CIFAR10_HELP
+    from workloads.cli import EPILOG as MAIN_HELP
+    from workloads.style.command import EPILOG as STYLE_HELP
+
+    for text in (CIFAR10_HELP, STYLE_HELP, MAIN_HELP):
+        assert all(name in text for name in (DEADLINE_ENV, MIN_RATE_ENV, WINDOW_ENV)), text
