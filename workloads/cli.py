@@ -60,6 +60,8 @@ environment:
   KERAS_BACKEND      tensorflow (default), jax or torch for the Keras-3 workloads
   WORKLOADS_CACHE    download cache (CIFAR-10 archive, VGG19 weights); default ~/.cache/workloads
   WORKLOADS_RESULTS  default directory for records; default ./results
+  WORKLOADS_DOWNLOAD_DEADLINE_S, WORKLOADS_DOWNLOAD_MIN_RATE, WORKLOADS_DOWNLOAD_RATE_WINDOW_S
+                     a download's deadline (3600 s) and minimum rate (50000 bytes/s over 30 s)
   WORKLOADS_WORKER_BIND  SLURM multi-worker runs: node (default) keeps each TensorFlow
                      worker on its node's address; any listens on every interface
   WORKLOADS_WORKER_ADDRESS  that node address (default: the route to the job's other nodes)
@@ -165,9 +167,8 @@ def register_host_only(sub: Any, name: str) -> None:
 
     def refuse(_: argparse.Namespace) -> int:
         raise WorkloadError(
-            f"`workloads {name}` drives the Docker engine from the host, and this is an image "
-            "(WORKLOADS_HOST_COMMANDS=0), where there is no engine to drive",
-            f"run it on the host: scripts/bootstrap.sh cpu, then .venv/bin/workloads {name}",
+            f"`workloads {name}` drives the host's Docker engine; this is an image",
+            "run it on the host (scripts/bootstrap.sh cpu, then .venv/bin/workloads)",
         )
 
     parser.set_defaults(func=refuse)

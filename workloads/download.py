@@ -9,6 +9,19 @@ which file to copy where).
 SHA-256 is the default: MD5 collides, so it only tells a truncated file from a good one,
 never a crafted file from a good one. MD5 stays available for the VGG19 weights, whose
 publisher (Keras) gives no other digest.
+
+What a server says is untrusted too, so a download is bounded in size, time and rate:
+
+* ``Content-Length`` must be ASCII digits (``str.isdigit`` also takes ``²``, which
+  ``int`` then refuses; ``int`` also takes ``1_000`` and spaces): anything else is
+  refused, and a length over the caller's cap is refused before the body is read;
+* the whole transfer must end within :data:`DEADLINE_ENV` seconds (default
+  :data:`DEADLINE_S`), and every :data:`WINDOW_ENV` seconds (default
+  :data:`WINDOW_S`) it must have received :data:`MIN_RATE_ENV` bytes per second on
+  average (default :data:`MIN_RATE`): a server that drips a byte at a time, each
+  within the socket's timeout, is cut off instead of read for ever. The body is read
+  with ``read1`` (what one ``recv`` returned), so the checks run after every packet,
+  and a transfer ends at most one socket timeout after its deadline.
 """
 
 from __future__ import annotations
@@ -16,11 +29,22 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
+
+from workloads.errors import WorkloadError, brief
 
 CHUNK = 1 << 20
+DEADLINE_ENV = "WORKLOADS_DOWNLOAD_DEADLINE_S"
+MIN_RATE_ENV = "WORKLOADS_DOWNLOAD_MIN_RATE"
+WINDOW_ENV = "WORKLOADS_DOWNLOAD_RATE_WINDOW_S"
+DEADLINE_S = 3600.0  # the 170 MB CIFAR-10 archive at the minimum rate: under an hour
+MIN_RATE = 50_000.0  # bytes per second; slower than that, 170 MB would take a day
+WINDOW_S = 30.0  # the rate is averaged over this long (TCP's slow start included)
+LENGTH_DIGITS_MAX = 18  # a Content-Length longer than this is over any cap anyway
 Algorithm = Literal["sha256", "md5"]
 LABELS: dict[str, str] = {"sha256": "SHA-256", "md5": "MD5"}
 
@@ -50,6 +74,48 @@ class IncompleteDownload(OSError):
         self.expected = expected
 
 
+class BadContentLength(OSError):
+    """The server's Content-Length is not a plain decimal number: the response is refused."""
+
+    def __init__(self, url: str, header: str) -> None:
+        super().__init__(f"the server's Content-Length {brief(header, 30)} is not a number")
+        self.url = url
+
+
+class TooSlow(OSError):
+    """The transfer ran past its deadline or below its minimum rate: it is cut off.
+
+    An OSError like a timed-out socket, so each caller reports it as a failed download.
+    """
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How long a transfer may take: in all, and at the least rate over each window."""
+
+    deadline_s: float = DEADLINE_S
+    min_rate: float = MIN_RATE
+    window_s: float = WINDOW_S
+
+
+def pace_from_env(environ: Any = None) -> Pace:
+    """The :class:`Pace` the environment sets (see the module), each with its default."""
+    environ = os.environ if environ is None else environ
+    values = []
+    for name, default in ((DEADLINE_ENV, DEADLINE_S), (MIN_RATE_ENV, MIN_RATE),
+                          (WINDOW_ENV, WINDOW_S)):
+        text = environ.get(name)
+        try:
+            value = default if text in (None, "") else float(text)
+        except ValueError:
+            value = -1.0
+        if not value >= 0 or value == float("inf"):
+            raise WorkloadError(f"{name}={brief(text, 20)} is not a number >= 0",
+                                f"set it to e.g. {default:g}, or unset it for that default")
+        values.append(value)
+    return Pace(*values)
+
+
 class DownloadTooLarge(OSError):
     """The server announced or sent more than the caller's cap: it is not the expected file.
 
@@ -60,8 +126,8 @@ class DownloadTooLarge(OSError):
     """
 
     def __init__(self, url: str, size: int, limit: int, *, announced: bool) -> None:
-        what = f"announces {size} bytes" if announced else "sent more"
-        super().__init__(f"the server {what}, over the {limit}-byte cap for this file")
+        what = f"announces {brief(size)} bytes" if announced else "sent more"
+        super().__init__(f"{what}, over the {limit}-byte cap")
         self.url = url
         self.size = size
         self.limit = limit
@@ -95,27 +161,29 @@ def fetch_verified(
     timeout: float,
     max_bytes: int,
     algorithm: Algorithm = "sha256",
+    pace: Pace | None = None,
 ) -> Path:
     """Download ``url`` to ``dest`` through a temp file in the same folder.
 
     At most ``max_bytes`` are accepted: a larger Content-Length is refused before
     the body is read, and a body that runs past the cap (no Content-Length, or
-    chunked) is cut one byte after it. Raises ``urllib.error.URLError`` or
-    ``OSError`` (``IncompleteDownload`` for a connection that closed early,
-    ``DownloadTooLarge`` over the cap) when the transfer or the cache folder fails,
+    chunked) is cut one byte after it. ``timeout`` bounds each connect and read;
+    ``pace`` (default: :func:`pace_from_env`) the whole transfer. Raises
+    ``urllib.error.URLError`` or ``OSError`` (``IncompleteDownload`` for a
+    connection that closed early, ``DownloadTooLarge`` over the cap,
+    ``BadContentLength``, ``TooSlow``) when the transfer or the cache folder fails,
     ``ChecksumMismatch`` when the bytes are wrong. In every failure the temp file
     is removed and ``dest`` is left as it was.
     """
+    pace = pace_from_env() if pace is None else pace
+    started = time.monotonic()
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-            header = response.headers.get("Content-Length")
-            announced = int(header) if header is not None and header.isdigit() else None
-            if announced is not None and announced > max_bytes:
-                raise DownloadTooLarge(url, announced, max_bytes, announced=True)
-            received = _copy_capped(response, out, max_bytes)
+            announced = content_length(url, response.headers.get("Content-Length"), max_bytes)
+            received = _copy_capped(response, out, max_bytes, pace, started)
             if received > max_bytes:
                 raise DownloadTooLarge(url, received, max_bytes, announced=False)
         if announced is not None and received != announced:
@@ -129,13 +197,42 @@ def fetch_verified(
     return dest
 
 
-def _copy_capped(source: BinaryIO, out: BinaryIO, max_bytes: int) -> int:
-    """Copy at most ``max_bytes + 1`` bytes (one past the cap shows the body is too long)."""
+def content_length(url: str, header: str | None, max_bytes: int) -> int | None:
+    """The announced length: ASCII digits only, at most ``max_bytes``; None when absent."""
+    if header is None:
+        return None
+    if not (header.isascii() and header.isdigit()):
+        raise BadContentLength(url, header)
+    if len(header) > LENGTH_DIGITS_MAX:  # no int() of a number that long: it is over any cap
+        raise DownloadTooLarge(url, 10**LENGTH_DIGITS_MAX, max_bytes, announced=True)
+    announced = int(header)
+    if announced > max_bytes:
+        raise DownloadTooLarge(url, announced, max_bytes, announced=True)
+    return announced
+
+
+def _copy_capped(source: Any, out: BinaryIO, max_bytes: int, pace: Pace, started: float) -> int:
+    """Copy at most ``max_bytes + 1`` bytes (one past the cap shows the body is too long).
+
+    ``read1`` returns what one read of the socket gave, so the pace is checked after
+    every packet, not after a megabyte that a dripping server never completes.
+    """
     received = 0
+    checkpoint, at_checkpoint = started, 0
     while received <= max_bytes:
-        chunk = source.read(min(CHUNK, max_bytes + 1 - received))
+        chunk = source.read1(min(CHUNK, max_bytes + 1 - received))
         if not chunk:
             break
         out.write(chunk)
         received += len(chunk)
+        now = time.monotonic()
+        if now - started > pace.deadline_s:
+            raise TooSlow(f"the transfer took more than {pace.deadline_s:g} s "
+                          f"({received} bytes received); see {DEADLINE_ENV}")
+        if now - checkpoint >= pace.window_s:
+            rate = (received - at_checkpoint) / (now - checkpoint)
+            if rate < pace.min_rate:
+                raise TooSlow(f"the transfer ran at {rate:.0f} bytes/s over {now - checkpoint:.0f}"
+                              f" s, below the {pace.min_rate:g} needed; see {MIN_RATE_ENV}")
+            checkpoint, at_checkpoint = now, received
     return received

@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from workloads.bounded import (
+    LOG_MAX_BYTES,
+    RECORD_MAX_BYTES,
+    BadInput,
+    read_json,
+    read_json_lines,
+)
 from workloads.errors import WorkloadError
-from workloads.safefs import UnsafePath, open_file
+from workloads.safefs import UnsafePath, open_file, parent_fd
 
 SCHEMA_VERSION = 1
 LOG_NAME = "records.jsonl"
@@ -46,8 +54,10 @@ def new_record(workload: str, **fields: Any) -> dict[str, Any]:
 def ensure_writable(path: Path) -> Path:
     """Fail early, before any expensive work, if ``path`` cannot be written.
 
-    Creates the parent directory and probes it with a temporary file, so a typo'd
-    or read-only output location is reported before a long training run, not after.
+    Creates the parent directory (each directory on the way walked and checked,
+    :func:`workloads.safefs.parent_fd`) and probes it with a temporary file, so a
+    typo'd, read-only or shared output location is reported before a long
+    training run, not after.
     """
     path = Path(path).expanduser()
     if path.exists() and path.is_dir():
@@ -55,9 +65,13 @@ def ensure_writable(path: Path) -> Path:
             f"output path {path} is a directory", "give a file name, e.g. --output results/run.json"
         )
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".probe-", delete=True):
-            pass
+        with parent_fd(path, create=True) as directory:
+            probe = _create_new(directory, ".probe-")
+            os.close(probe[0])
+            os.unlink(probe[1], dir_fd=directory)
+    except UnsafePath as exc:
+        raise WorkloadError(f"cannot write to {exc.path} ({exc.reason})",
+                            "choose a writable --output location") from exc
     except OSError as exc:
         raise WorkloadError(
             f"cannot write to {path.parent} ({exc.strerror or exc})",
@@ -66,27 +80,42 @@ def ensure_writable(path: Path) -> Path:
     return path
 
 
+def _create_new(directory: int, prefix: str, suffix: str = "") -> tuple[int, str]:
+    """A new file (``O_EXCL``, never through a link) of a random name in ``directory``."""
+    for _ in range(100):
+        name = f"{prefix}{secrets.token_hex(6)}{suffix}"
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            return os.open(name, flags, 0o600, dir_fd=directory), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", prefix)
+
+
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` so readers see either the old file or the new one.
 
-    Never writes through a link: the temporary file is created new (``O_EXCL``),
-    its mode set on the descriptor, and ``rename`` replaces whatever entry
-    ``path`` was (a planted link included) rather than following it.
+    Never writes through a link: the directory is walked from ``/`` and checked
+    (:func:`workloads.safefs.parent_fd`, created where missing), the temporary
+    file is created new in it (``O_EXCL``, ``O_NOFOLLOW``, by its descriptor),
+    its mode set on the descriptor, and ``rename`` in that same directory
+    replaces whatever entry ``path`` was (a planted link included) rather than
+    following it.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with parent_fd(path, create=True) as directory:
+        fd, tmp = _create_new(directory, f".{path.name}.", ".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fchmod(fh.fileno(), mode)
+                os.fsync(fh.fileno())
+            os.replace(tmp, path.name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=directory)
+            raise
 
 
 def to_json(record: Mapping[str, Any]) -> str:
@@ -125,14 +154,14 @@ def write_record(record: Mapping[str, Any], path: Path, log: Path | None = None)
     except UnsafePath as exc:
         where = f"{log.name} beside it" if log.parent == path.parent else str(log)
         raise WorkloadError(
-            f"the record is safe in {path}, but {where} {exc.reason}: not appended",
-            "check and remove it; reports read the record file itself",
+            f"the record is safe in {path}, but {where} {exc.reason}",
+            "remove it (reports read the record itself)",
         ) from exc
     except OSError as exc:
         raise WorkloadError(
-            f"the record is safe in {path}, but appending it to {log} failed "
-            f"({exc.strerror or exc}); {log} is left as it was",
-            "free space there; reports read the record file itself",
+            f"the record is safe in {path}, but appending to {log.name} failed "
+            f"({exc.strerror or exc})",
+            "free space (reports read the record itself)",
         ) from exc
     return path
 
@@ -149,13 +178,16 @@ def append_line(log: Path, line: bytes) -> None:
     back to where it ended.
 
     The log is opened without following a link and must be a regular file of
-    ours with one link (:func:`workloads.safefs.open_file`): results directories
-    may be shared, and a planted ``records.jsonl`` link would otherwise have its
-    target cut and appended to. Such a log raises :class:`UnsafePath`, untouched.
+    ours with one link (:func:`workloads.safefs.open_file`), in its directory as
+    walked and checked from ``/`` (:func:`workloads.safefs.parent_fd`): results
+    directories may be shared, and a planted ``records.jsonl`` link, or a link in
+    place of a directory above it, would otherwise have another file cut and
+    appended to. Such a log raises :class:`UnsafePath`, untouched.
     """
     if not line.endswith(b"\n") or b"\n" in line[:-1]:
         raise ValueError("append_line takes exactly one line ending in a newline")
-    fd = open_file(Path(log), os.O_RDWR | os.O_CREAT)
+    with parent_fd(Path(log)) as directory:
+        fd = open_file(Path(log), os.O_RDWR | os.O_CREAT, dir_fd=directory)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         end = _repair_torn_tail(fd)
@@ -197,25 +229,34 @@ def _repair_torn_tail(fd: int) -> int:
 
 
 def read_record(path: Path) -> dict[str, Any]:
-    """Read one record file; a clear error if it is missing or not a record."""
+    """Read one record file; a clear error if it is missing or not a record.
+
+    Bounded (:func:`workloads.bounded.read_json`): at most 16 MiB, nesting and
+    numbers checked before parsing, every failure one line.
+    """
     try:
-        data = json.loads(Path(path).read_text())
+        data = read_json(Path(path), RECORD_MAX_BYTES)
     except FileNotFoundError as exc:
         raise WorkloadError(f"record {path} does not exist", "check the path") from exc
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{path} is not valid JSON ({exc.msg})", "regenerate it") from exc
+    except OSError as exc:
+        raise WorkloadError(f"cannot read {path} ({exc.strerror or exc})", "check it") from exc
+    except BadInput as exc:
+        raise WorkloadError(f"{path} {exc}", "regenerate it") from exc
     if not isinstance(data, dict) or "workload" not in data:
         raise WorkloadError(f"{path} is not a workloads record", "point to a run's .json file")
     return data
 
 
-def read_log(path: Path) -> list[dict[str, Any]]:
-    """Read a JSON-lines log, skipping a torn last line (a writer killed mid-line)."""
-    records = []
-    for line in Path(path).read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            records.append(json.loads(line))
-    return records
+def read_log(path: Path) -> list[Any]:
+    """Read a JSON-lines log, skipping a torn last line (a writer killed mid-line).
+
+    Bounded (:func:`workloads.bounded.read_json_lines`): a log over 256 MiB is
+    refused in one line; a line that is not a bounded JSON value is skipped.
+    """
+    try:
+        return read_json_lines(Path(path), LOG_MAX_BYTES)
+    except BadInput as exc:
+        raise WorkloadError(f"{path} {exc}", "split or trim the log") from exc
 
 
 def default_output(workload: str, stem: str, suffix: str = ".json") -> Path:

@@ -44,12 +44,14 @@ from pathlib import Path
 from typing import Any
 
 from workloads import busy
+from workloads.bounded import read_json
 from workloads.records import atomic_write_bytes
 
 PEAK_MATRIX = 2048
 PEAK_REPEATS = 4
 PEAK_ROUNDS = 3
 CACHE_NAME = "peak-flops.json"
+PEAK_CACHE_MAX_BYTES = 1 << 20  # a few hundred bytes per device, backend and dtype
 
 
 def cache_path() -> Path:
@@ -306,7 +308,7 @@ def peak_flops(device: str, dtype: str, *, refresh: bool = False) -> dict[str, A
     key = f"{keras.backend.backend()}|{device}|{dtype}"
     path = cache_path()
     try:
-        cache = json.loads(path.read_text())
+        cache = read_json(path, PEAK_CACHE_MAX_BYTES)
         if not isinstance(cache, dict):
             cache = {}
     except (OSError, ValueError):

@@ -9,11 +9,18 @@ the descriptor, not the path, so nothing can be swapped in between):
 
 * a file we write must be a regular file, owned by us, with one link (a hard
   link to a file elsewhere is that file);
-* a directory we create files in must be ours and writable by nobody else, and
-  no directory above it may be writable by everyone without the sticky bit
-  (anyone could then move it aside). Files are then opened relative to a
-  descriptor of the directory that was checked (``dir_fd``), so a directory
-  swapped for a link after the check does not redirect them.
+* every directory a path passes through, links resolved, is judged by one rule
+  (:func:`foreign_writer`, shared with the worker bind library): owned by root
+  or by you, and writable by neither group nor others unless sticky; anyone else
+  who could write one could move what is in it aside and put a link there. The
+  path is walked from ``/`` one component at a time (:func:`resolve_directory`),
+  each opened ``O_NOFOLLOW`` relative to the one before and checked on its
+  descriptor; a link is followed only from a directory that passed, and only
+  when it is root's or yours, and its target is walked the same way;
+* a directory the sweep creates files in must moreover be ours and writable by
+  nobody else. Files are then opened relative to a descriptor of the directory
+  that was checked (``dir_fd``), so a directory swapped for a link after the
+  check does not redirect them.
 
 Every refusal is one :class:`UnsafePath` line naming the path and the fix.
 Other ``OSError`` (a full disk) pass through unchanged: the callers decide.
@@ -104,29 +111,138 @@ def _file_problem(info: os.stat_result) -> str | None:
 _FIX = "remove it (after checking who put it there) and run again"
 
 
+def foreign_writer(info: os.stat_result) -> str | None:
+    """The one rule for every directory a path passes through: who else could change it.
+
+    Owned by root or by you, and writable by neither group nor others unless
+    sticky (there only an entry's owner may rename or remove it). The sweep,
+    the records and the worker bind library all judge their directories by it.
+    ``None`` when nobody else can; else why, as the end of a sentence.
+    """
+    if info.st_uid not in (0, os.geteuid()):
+        return f"is owned by uid {info.st_uid}, not by you or root"
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_mode & _OTHERS_WRITE and not (stat.S_ISDIR(info.st_mode) and mode & stat.S_ISVTX):
+        who = "all" if info.st_mode & stat.S_IWOTH else "its group"
+        return f"is writable by {who} (mode {mode:o}, not sticky)"
+    return None
+
+
+def _own_directory_problem(info: os.stat_result) -> str | None:
+    """The rule for a directory files are created in by name: yours, writable by you alone."""
+    if info.st_uid != os.geteuid():
+        return f"is owned by uid {info.st_uid}, not by you"
+    if info.st_mode & _OTHERS_WRITE:
+        who = "others" if info.st_mode & stat.S_IWOTH else "its group"
+        return f"is writable by {who} (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+_LINKS_MAX = 40  # as the kernel's path walk: a loop of links ends here
+
+
+def resolve_directory(path: Path, *, create: bool = False, own: bool = False) -> tuple[int, Path]:
+    """Walk ``path`` from ``/`` one component at a time; a descriptor of it and its real path.
+
+    Each component is opened relative to the directory before it with
+    ``O_NOFOLLOW`` and checked on that descriptor (:func:`foreign_writer`), so
+    what is checked is what the next step opens, and a link swapped in later is
+    not followed. A symbolic link met on the way is followed only when the
+    directory holding it passed the check and the link is root's or yours; its
+    target is walked the same way, so every directory of the resolved path is
+    checked, and so is every directory a link sits in. With ``create``, missing
+    components are made (mode 0755 whatever the umask); with ``own``, the last
+    one must also be yours and writable by nobody else (:func:`trusted_directory`).
+    A refusal is one :class:`UnsafePath` line naming the directory.
+    """
+    given = Path(path)
+    absolute = given if given.is_absolute() else Path(os.getcwd()) / given
+    pending = list(reversed(absolute.parts[1:]))  # a stack: the next component last
+    chain: list[tuple[int, str]] = [(os.open("/", _PATH_FLAGS), "/")]
+    links = 0
+    try:
+        _check(chain[0][0], "/", own=own and not pending)
+        while pending:
+            name = pending.pop()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if len(chain) > 1:
+                    os.close(chain.pop()[0])
+                continue
+            parent_fd, parent = chain[-1]
+            here = str(Path(parent) / name)
+            fd = _open_component(parent_fd, name, here, create=create)
+            info = os.fstat(fd)
+            if stat.S_ISLNK(info.st_mode):
+                os.close(fd)
+                links += 1
+                if links > _LINKS_MAX:
+                    raise UnsafePath(here, "leads through more than 40 links (a loop)", _CHECK)
+                if info.st_uid not in (0, os.geteuid()):
+                    raise UnsafePath(here, f"is a symbolic link of uid {info.st_uid}",
+                                     "replace it with the directory it stands for")
+                target = os.readlink(name, dir_fd=parent_fd)
+                if target.startswith("/"):
+                    while len(chain) > 1:
+                        os.close(chain.pop()[0])
+                pending.extend(reversed(Path(target).parts[1:] if target.startswith("/")
+                                        else Path(target).parts))
+                continue
+            chain.append((fd, here))
+            if not stat.S_ISDIR(info.st_mode):
+                raise UnsafePath(here, "is not a directory", "give a directory")
+            _check(fd, here, own=own and not pending, info=info)
+        fd = os.dup(chain[-1][0])
+        return fd, Path(chain[-1][1])
+    finally:
+        for each, _ in chain:
+            os.close(each)
+
+
+def _open_component(parent_fd: int, name: str, here: str, *, create: bool) -> int:
+    """``name`` in the checked ``parent_fd``, not followed if a link; made if asked and missing."""
+    try:
+        return os.open(name, _PATH_FLAGS & ~os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+    except FileNotFoundError:
+        if not create:
+            raise UnsafePath(f"directory {here}", "does not exist", "check the path") from None
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, DIR_MODE, dir_fd=parent_fd)
+        made = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
+        try:
+            os.fchmod(made, DIR_MODE)  # the umask decides nothing: 0755, as the README says
+        finally:
+            os.close(made)
+    return os.open(name, _PATH_FLAGS & ~os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+
+
+_CHECK = "check who made it, then fix it or use another directory"
+
+
+def _check(fd: int, here: str, *, own: bool, info: os.stat_result | None = None) -> None:
+    info = os.fstat(fd) if info is None else info
+    problem = _own_directory_problem(info) if own else foreign_writer(info)
+    if problem is None:
+        return
+    if "owned by" in problem:
+        fix = "use a directory of your own" if own else "use one only you and root can write"
+    elif own:
+        fix = "run 'chmod go-w' on it if you trust it, or use another directory"
+    else:
+        fix = "run 'chmod +t' or 'chmod go-w' on it, or use another directory"
+    raise UnsafePath(here, problem, fix)
+
+
 def trusted_directory(path: Path) -> int:
     """A descriptor of directory ``path`` after checking that a write in it stays there.
 
     The directory must be ours and writable by nobody else (group and others may
-    not write it, sticky or not: they could plant entries); every directory above
-    it, as the kernel reached it, must not be writable by everyone unless sticky.
-    Links in ``path`` are followed as the caller named them; what they lead to is
-    what gets checked, and the descriptor holds on to it.
+    not write it, sticky or not: they could plant entries); every directory on
+    the way to it, links resolved, must pass :func:`foreign_writer`
+    (:func:`resolve_directory`). The descriptor holds on to what was checked.
     """
-    path = Path(path)
-    try:
-        fd = os.open(path, _PATH_FLAGS)
-    except FileNotFoundError:
-        raise UnsafePath(f"directory {path}", "does not exist", "check the path") from None
-    except NotADirectoryError:
-        raise UnsafePath(path, "is not a directory", "give a directory") from None
-    try:
-        _check_own_directory(os.fstat(fd), path)
-        _check_parents(fd, path)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return resolve_directory(path, own=True)[0]
 
 
 @contextlib.contextmanager
@@ -139,55 +255,19 @@ def directory_fd(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def _check_own_directory(info: os.stat_result, path: Path) -> None:
-    if info.st_uid != os.geteuid():
-        raise UnsafePath(
-            f"directory {path}",
-            f"is owned by uid {info.st_uid}, not by you (uid {os.geteuid()}), "
-            "who could plant links in it",
-            "use a directory of your own",
-        )
-    if info.st_mode & _OTHERS_WRITE:
-        who = "others" if info.st_mode & stat.S_IWOTH else "its group"
-        raise UnsafePath(
-            f"directory {path}",
-            f"is writable by {who} (mode {stat.S_IMODE(info.st_mode):o}), "
-            "who could plant links in it",
-            "run 'chmod go-w' on it if you trust its contents, or use another directory",
-        )
+@contextlib.contextmanager
+def parent_fd(path: Path, *, create: bool = False) -> Iterator[int]:
+    """A descriptor of ``path``'s directory, walked and checked (:func:`resolve_directory`).
 
-
-def _check_parents(fd: int, path: Path) -> None:
-    """Walk ``..`` from the opened directory to ``/``: none may be world-writable unsticky."""
-    current = os.dup(fd)
+    For files written in a directory that need not be yours (a results directory
+    under ``/tmp``): each directory on the way passes :func:`foreign_writer`, and the
+    file itself is then opened in it by name (:func:`open_file` with ``dir_fd``).
+    """
+    fd, _ = resolve_directory(Path(path).parent, create=create)
     try:
-        seen = os.fstat(current)
-        while True:
-            parent = os.open("..", _PATH_FLAGS, dir_fd=current)
-            os.close(current)
-            current = parent
-            info = os.fstat(current)
-            if (info.st_dev, info.st_ino) == (seen.st_dev, seen.st_ino):
-                return  # '/' is its own parent
-            if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
-                above = _name_of(current)
-                raise UnsafePath(
-                    above,
-                    f"(above {path.name}) is writable by everyone and not sticky: "
-                    "anyone could move what is in it",
-                    "run 'chmod +t' (or 'chmod o-w') on it, or use a directory elsewhere",
-                )
-            seen = info
+        yield fd
     finally:
-        os.close(current)
-
-
-def _name_of(fd: int) -> str:
-    """The path the kernel knows for a directory descriptor (for messages only)."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return "a directory"
+        os.close(fd)
 
 
 def subdirectory(parent_fd: int, name: str, shown: Path, *, create: bool = True) -> int:
@@ -232,14 +312,7 @@ def subdirectory(parent_fd: int, name: str, shown: Path, *, create: bool = True)
 def make_directory(path: Path) -> None:
     """Create directory ``path`` (mode 0755 whatever the umask; parents as ``mkdir -p``).
 
-    The new directory is created and checked through a descriptor of its parent,
-    never through a link. Call it for a directory that is not there; an existing
-    one is for :func:`trusted_directory` to judge.
+    Every component is walked, made where missing and checked as
+    :func:`resolve_directory` does; the last must then be ours alone.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    parent = os.open(path.parent, _PATH_FLAGS)
-    try:
-        os.close(subdirectory(parent, path.name, path))
-    finally:
-        os.close(parent)
+    os.close(resolve_directory(Path(path), create=True, own=True)[0])

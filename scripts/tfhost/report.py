@@ -14,7 +14,6 @@ Input is any mix of record files (``*.json``), JSON-lines logs
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 from tfhost import plots
 from tfhost.monitor import read_samples
 from tfhost.scaling import ScalePoint, read_summary, summarise
+from workloads.bounded import BadInput, read_json
 from workloads.errors import WorkloadError
 from workloads.records import LOG_NAME, atomic_write_bytes, read_log
 
@@ -69,10 +69,10 @@ def _add_file(found: Inputs, path: Path, strict: bool) -> None:
                           if isinstance(r, dict) and "workload" in r]
     elif path.suffix == ".json":
         try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            data = read_json(path)  # bounded: size, nesting and numbers checked first
+        except BadInput as exc:
             if strict:
-                raise WorkloadError(f"{path} is not valid JSON ({exc})", "regenerate it") from exc
+                raise WorkloadError(f"{path} {exc}", "regenerate it") from exc
             return
         if isinstance(data, dict) and data.get("study") == "scaling":
             found.summaries.append(path)

@@ -168,20 +168,15 @@ def start(container: Any, spec: RunSpec) -> None:
         reason = _explanation(exc)
         if spec.gpus is not None and _NO_GPU_DRIVER.search(reason):
             raise WorkloadError(
-                "the Docker engine cannot give containers GPUs: the NVIDIA Container Toolkit "
-                f"is missing ({reason})",
-                "install nvidia-container-toolkit, run `nvidia-ctk runtime configure "
-                "--runtime=docker` and restart dockerd (the ansible playbook does this), "
-                "or run without --gpus",
+                f"the Docker engine has no NVIDIA Container Toolkit for GPUs ({reason})",
+                "install it and run `nvidia-ctk runtime configure --runtime=docker`, or drop "
+                "--gpus",
             ) from exc
         if _MEMLOCK_REFUSED.search(reason):
             limit = "unlimited" if spec.memlock_bytes < 0 else f"{spec.memlock_bytes} bytes"
             raise WorkloadError(
-                f"the Docker engine may not raise the locked-memory limit to {limit} "
-                f"(dockerd runs with a lower hard RLIMIT_MEMLOCK and without CAP_SYS_RESOURCE: "
-                f"{reason})",
-                "run dockerd with CAP_SYS_RESOURCE or LimitMEMLOCK=infinity (systemd drop-in), "
-                "or pass a limit the engine allows with --memlock BYTES",
+                f"the Docker engine may not raise the locked-memory limit to {limit} ({reason})",
+                "give dockerd LimitMEMLOCK=infinity, or pass a lower --memlock BYTES",
             ) from exc
         raise WorkloadError(
             f"container from {spec.image} did not start ({reason})",

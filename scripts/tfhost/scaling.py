@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workloads.errors import WorkloadError
+from workloads.bounded import BadInput, read_json
+from workloads.errors import WorkloadError, clip
 from workloads.records import atomic_write_bytes, read_record, utc_now
 
 SUMMARY_JSON = "scaling.json"
@@ -189,9 +190,9 @@ def run_study(plan: StudyPlan, out_dir: Path, launch: Launcher = run_locally,
             if done:
                 write_summary(summarise(_load(done)), plan, out_dir)
             raise WorkloadError(
-                f"the run with {count} {plan.unit} failed (exit code {code}); figures for "
-                f"{[c for c, _ in done] or 'no'} counts are in {out_dir}",
-                "read the run's output above; lower --batch-size if it ran out of memory",
+                f"the run with {count} {plan.unit} failed (exit {code}); figures so far: "
+                f"{out_dir}",
+                "see its output above (out of memory: lower --batch-size)",
             )
         done.append((count, record))
     points = summarise(_load(done))
@@ -262,7 +263,11 @@ def write_summary(points: Sequence[ScalePoint], plan: StudyPlan, out_dir: Path) 
 
 def read_summary(path: Path) -> tuple[str, list[ScalePoint]]:
     """The unit and points of a ``scaling.json``."""
-    data = json.loads(Path(path).read_text())
-    if data.get("study") != "scaling":
+    try:
+        data = read_json(Path(path))
+    except (OSError, BadInput) as exc:
+        raise WorkloadError(f"{path} {clip(str(exc), 60)}",
+                            "point to a study's scaling.json") from exc
+    if not isinstance(data, dict) or data.get("study") != "scaling":
         raise WorkloadError(f"{path} is not a scaling summary", "point to a study's scaling.json")
     return data["unit"], [ScalePoint(**p) for p in data["points"]]

@@ -321,7 +321,13 @@ def test_binary_keyrings_holding_several_keys(keys: Keys, names: list[str]) -> N
     problem = assert_refused(result)
     assert result["found"] == [fingerprints[name] for name in names]
     if "pinned" in names:
-        assert problem.startswith(f"holds the pinned key {keys.pinned} and also ")
+        others = [fingerprints[name] for name in dict.fromkeys(names) if name != "pinned"]
+        if others:  # each other key named once, in the file's order
+            assert problem.startswith(
+                f"holds the pinned key {keys.pinned} and also {', '.join(others)}; "), problem
+        else:  # the same key twice: said so, not "and also ;"
+            assert problem.startswith(
+                f"holds the pinned key {keys.pinned} {len(names)} times; "), problem
 
 
 @settings(max_examples=100)

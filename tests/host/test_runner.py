@@ -123,7 +123,7 @@ def test_gpu_request_without_toolkit_fails_in_one_line(cpu_image: str, tmp_path:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert "NVIDIA Container Toolkit is missing" in lines[0]
+    assert "has no NVIDIA Container Toolkit" in lines[0]
     assert "nvidia-ctk runtime configure" in lines[0]
     assert _leftovers() == []
     assert list(tmp_path.iterdir()) == []  # the monitor left no CSV behind

@@ -59,7 +59,7 @@ def test_host_commands_in_the_image_say_to_run_them_on_the_host(cpu_image: str, 
                           tmp_path, f"{os.getuid()}:{os.getgid()}", memlock)
     assert code == 2 and out == ""
     assert err.strip().count("\n") == 0
-    assert "drives the Docker engine from the host" in err and "run it on the host" in err
+    assert "drives the host's Docker engine" in err and "run it on the host" in err
 
 
 def test_vgg19_weights_baked_in_from_the_mirror(cpu_image: str) -> None:

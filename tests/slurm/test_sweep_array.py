@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from tests.slurm.conftest import REPO
+from workloads.errors import one_line
 from workloads.sweep.expand import expand
 from workloads.sweep.slurm import job_name
 from workloads.sweep.spec import load_spec
@@ -240,12 +241,9 @@ def test_a_second_submission_while_the_array_is_queued_is_refused(
     job = submitted_job(held)
     try:
         assert squeue(job, env, "--format=%T") and "PENDING" in squeue(job, env, "--format=%T")[0]
-        expected = (
-            f"workloads sweep: error: SLURM array job {job} ({job_name(directory)}) of "
-            f"{directory} is still queued or running; wait for it ('squeue --me "
-            f"--name={job_name(directory)}'), or cancel it ('scancel {job}') and run this "
-            "command again"
-        )
+        expected = "workloads sweep: error: " + one_line(
+            f"SLURM array job {job} of {directory} is still queued or running",
+            f"wait for it, or 'scancel {job}' and run this command again")
         second = sweep(args, env, tmp_path, timeout=60)
         assert second.returncode == 2 and error_lines(second) == [expected]
         local = sweep([str(spec), "--dir", str(directory), "--devices", "cpu"], env, tmp_path,

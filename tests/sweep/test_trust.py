@@ -75,3 +75,25 @@ def test_a_new_sweep_directory_is_private_to_writers_whatever_the_umask(
         os.umask(old)
     assert result.returncode == 0, result.stderr
     assert directory.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_database_whose_pickle_asks_for_a_huge_memo_is_refused_in_bounded_memory(
+    tmp_path: Path,
+) -> None:
+    """Trusted is not well-formed: the opcodes are walked before psweep's pickle is loaded."""
+    import struct
+    import tracemalloc
+
+    directory = tmp_path / "d"
+    directory.mkdir(mode=0o755)
+    directory.chmod(0o755)
+    (directory / "database.pk").write_bytes(b"\x80\x02Nr" + struct.pack("<I", 2**24) + b".")
+    (directory / "database.pk").chmod(0o644)
+    tracemalloc.start()
+    try:
+        with pytest.raises(WorkloadError, match="uses memo index 16777216 with only 1 memo"):
+            SweepDatabase(directory).read()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"{peak / 2**20:.0f} MiB"

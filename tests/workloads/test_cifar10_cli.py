@@ -216,7 +216,7 @@ def test_data_is_refused_before_any_framework_loads(
     ]
     for path, digest in _hostile_archives(tmp_path / "hostile"):
         cases.append((["--data-dir", str(path.parent)], {"WORKLOADS_CIFAR10_SHA256": digest},
-                      f"{path} is "))
+                      f"{path.parent.name}/{path.name} is "))
     for args, extra, message in cases:
         result = run_cli(["cifar10", "--data", "cifar10", *args], {**env, **extra}, timeout=60)
         assert_one_line_error(result, "cifar10", message)

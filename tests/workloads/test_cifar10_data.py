@@ -40,7 +40,7 @@ def test_decode_puts_every_byte_where_it_belongs(cifar_archive: Archive) -> None
 
 
 def test_wrong_sha256_is_refused(cifar_archive: Archive) -> None:
-    with pytest.raises(WorkloadError, match=r"has SHA-256 .* expected 6d958be0745778"):
+    with pytest.raises(WorkloadError, match=r"has SHA-256 .* not 6d958be07457"):
         data.locate_archive(cifar_archive.path)
 
 

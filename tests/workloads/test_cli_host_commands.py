@@ -15,8 +15,9 @@ def test_in_an_image_a_host_command_is_one_line_and_exit_2(
     assert main([command, "--gpus", "0", "some/image", "--", "check"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert f"workloads {command}: error: `workloads {command}` drives the Docker engine" in err
-    assert f"scripts/bootstrap.sh cpu, then .venv/bin/workloads {command}" in err
+    assert (f"workloads {command}: error: `workloads {command}` drives the host's Docker "
+            "engine") in err
+    assert "scripts/bootstrap.sh cpu, then .venv/bin/workloads" in err
 
 
 def test_on_the_host_the_real_command_parses_its_options(

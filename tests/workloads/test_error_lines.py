@@ -114,6 +114,12 @@ SPECS: dict[str, Any] = {
     "spec star without centre": {"workload": FAKE, "vary": {"tokens": ["a", "b"]}},
     "spec null value": {"workload": "style", "vary": {"width": [None]}},
     "spec list for a single value": {"workload": "style", "vary": {"width": [[1, 2]]}},
+    # What Python's parsers do not bound: a RecursionError or seconds per level before.
+    "spec nested 5000 deep": "workload: style\nvary: {width: " + "[" * 5000 + "]" * 5000 + "}\n",
+    "spec aliases for a billion nodes": "workload: style\nl0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+    + "".join(f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 10))
+    + "vary: {width: *l9}\n",
+    "spec over its size cap": "workload: style\n# " + "x" * (300 << 10) + "\n",
 }
 
 
@@ -127,6 +133,10 @@ def semantic_cases(work: Path) -> dict[str, list[str]]:
     Path("a-dir").mkdir()
     Path("not-a-record.json").write_text("[1, 2]\n")
     Path("not-json.json").write_text("{not json\n")
+    Path("deep.json").write_text('{"workload": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    Path("huge-number.json").write_text('{"workload": "x", "n": ' + "9" * 5000 + "}\n")
+    Path("fleet").mkdir()
+    Path("fleet/host1.json").write_text("[" * 100_000 + "]" * 100_000 + "\n")
     Path("not-an-image.png").write_text("not a PNG\n")
     Path("results/sweeps").mkdir(parents=True)
     Path("open").mkdir()
@@ -147,6 +157,9 @@ def semantic_cases(work: Path) -> dict[str, list[str]]:
         "report missing": ["report", "missing-dir"],
         "report not a record": ["report", "not-a-record.json"],
         "report not json": ["report", "not-json.json"],
+        "report nested 100000 deep": ["report", "deep.json"],
+        "report a 5000-digit number": ["report", "huge-number.json"],
+        "report --fleet nested 100000 deep": ["report", "--fleet", "fleet"],
         "cifar10 --log-every negative": ["cifar10", "--log-every", "-1"],
         "cifar10 --save-model not keras": ["cifar10", "--save-model", "model.h5"],
         "cifar10 --data-dir with synthetic": ["cifar10", "--data-dir", "a-dir"],

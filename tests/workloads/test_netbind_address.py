@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workloads.cifar10.multiworker import with_own_address
@@ -78,3 +78,42 @@ def test_only_this_nodes_workers_are_named_by_its_address(workers: list[str],
 def test_an_ipv6_address_is_bracketed_in_the_spec() -> None:
     assert with_own_address(["n1:20000", "n2:20000"], "n1", "fd00::5") == [
         "[fd00::5]:20000", "n2:20000"]
+
+
+LOOPBACK_SPELLINGS = st.sampled_from(
+    ["127.0.0.1", "127.0.1.1", "::1", "0:0:0:0:0:0:0:1", "0000:0000:0000:0000:0000:0000:0000:0001",
+     "::ffff:127.0.0.1", "0000:0000:0000:0000:0000:ffff:7f00:0001"])
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(peers=st.lists(LOOPBACK_SPELLINGS, min_size=1, max_size=16))
+def test_the_loopback_refusal_is_one_short_line_whatever_the_peers(
+        no_override: pytest.MonkeyPatch, peers: list[str]) -> None:
+    """Eight peers of 39 characters made a 564-character line: the peers are not listed now.
+
+    Every peer is a numeric loopback address (resolved without DNS, never a route to
+    another node) and ``localhost`` resolves to loopback: the job must be refused.
+    """
+    with pytest.raises(WorkloadError) as error:
+        address.worker_address("localhost", peers)
+    line = f"workloads cifar10: error: {error.value.one_line()}"
+    assert "\n" not in line and len(line) < 200, (len(line), line)
+    assert "node localhost: no address other nodes reach" in line
+    assert "set WORKLOADS_WORKER_ADDRESS" in line
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(min_size=1, max_size=300).filter(lambda t: t.strip() != ""))
+def test_any_given_address_that_is_not_one_is_refused_in_one_short_line(
+        no_override: pytest.MonkeyPatch, text: str) -> None:
+    try:
+        ipaddress.ip_address(text.strip())
+    except ValueError:
+        pass
+    else:
+        return
+    no_override.setenv(address.ADDRESS_OVERRIDE_ENV, text.replace("\0", ""))
+    with pytest.raises(WorkloadError) as error:
+        address.worker_address("gpu-node01", ["n2"])
+    line = f"workloads cifar10: error: {error.value.one_line()}"
+    assert "\n" not in line and len(line) < 200, (len(line), line)

@@ -8,7 +8,6 @@ NVML facts and datasheet model, when known).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -167,11 +166,12 @@ def _cpu_matmul(
     kernels: Kernels, target: Target, dtype: str, rate: float, item: str, reference: Reference
 ) -> Finding:
     """A CPU has no datasheet here: compare with its own idle peak from the cache, if any."""
-    from workloads.roofline import cache_path, is_provisional
+    from workloads.bounded import read_json
+    from workloads.roofline import PEAK_CACHE_MAX_BYTES, cache_path, is_provisional
 
     key = f"{kernels.backend}|{target.device.name}|{dtype}"
     try:
-        entry = json.loads(cache_path().read_text()).get(key)
+        entry = read_json(cache_path(), PEAK_CACHE_MAX_BYTES).get(key)
     except (OSError, ValueError, AttributeError):
         entry = None
     if isinstance(entry, dict) and entry.get("flops") and not is_provisional(entry):

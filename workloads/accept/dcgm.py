@@ -10,13 +10,15 @@ minutes, 4 longer (DCGM's documentation).
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 from workloads.accept.verdicts import FAIL, PASS, SKIP, WARN, Finding
+from workloads.bounded import loads_json
+
+DCGM_OUTPUT_MAX = 16 << 20  # dcgmi diag -j: tens of kB for eight GPUs at level 4
 
 TIMEOUT_S = {1: 300, 2: 900, 3: 3600, 4: 10800}
 STATUS = {"pass": PASS, "fail": FAIL, "warn": WARN, "warning": WARN}
@@ -58,7 +60,9 @@ def run_diag(level: int, dcgmi: str | None = None) -> list[Finding]:
     except OSError as exc:
         return [Finding("dcgm", "host", item, WARN, f"cannot run {command}: {exc.strerror}")]
     try:
-        document = json.loads(done.stdout)
+        if len(done.stdout) > DCGM_OUTPUT_MAX:
+            raise ValueError("dcgmi's output is larger than any diagnostic's")
+        document = loads_json(done.stdout)
     except ValueError:
         said = " ".join((done.stderr or done.stdout).split())[:160] or f"exit {done.returncode}"
         return [

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from workloads.errors import brief
+
 # The real archive holds 9 entries (the folder, five training batches, the test batch,
 # batches.meta, readme.html). Each header costs tarfile an object, and a chain of
 # extended headers costs it a recursion level, so the count is capped.
@@ -67,7 +69,7 @@ class _CappedStream:
         self._consumed += len(chunk)
         if self._consumed > self._limit:
             raise BadArchive(
-                f"unpacks to more than {self._limit} bytes (the real archive unpacks to 186 MB)"
+                f"unpacks to more than {self._limit} bytes (CIFAR-10: 186 MB)"
             )
         return chunk
 
@@ -88,8 +90,8 @@ class _CappedStream:
 def _check_size(info: tarfile.TarInfo, limit: int) -> None:
     if not 0 <= info.size <= limit:
         raise BadArchive(
-            f"declares {info.name!r} as {info.size} bytes, outside the 0 to {limit} "
-            "a CIFAR-10 entry can be (a real batch: 31 MB)"
+            f"declares {brief(info.name, 40)} as {brief(info.size)} bytes, outside the 0 to "
+            f"{limit}"
         )
 
 
@@ -117,8 +119,8 @@ def _checked_headers() -> type[tarfile.TarInfo]:
                 limit = MEMBER_MAX_BYTES
             else:
                 raise BadArchive(
-                    f"holds {info.name!r} of tar type {info.type!r}; CIFAR-10 has only "
-                    "files and a folder"
+                    f"holds {brief(info.name, 40)} of tar type {brief(info.type)}; CIFAR-10 has "
+                    "only files and a folder"
                 )
             _check_size(info, limit)
             return info

@@ -20,6 +20,13 @@ What decodes is then checked against what CIFAR-10 is (uint8 rows of 3072
 channel-planar bytes, one integer label in 0-9 per row, at most 10000 rows), so a
 file that only looks like a batch never reaches training. Every failure is a
 :class:`BadBatch` whose message is one printable line.
+
+Before any of that, the stream's opcodes are walked (:mod:`workloads.pickle_walk`):
+a memo index beyond the stream's own stores, MARKs nested past
+:data:`PICKLE_LIMITS`, more opcodes or dict items than a real batch has by far, are
+refused before the unpickler allocates anything for them. Decoding a batch of
+``n`` bytes then costs time linear in ``n`` and memory of a few times ``n`` (the
+bytes, the walk's copy of the largest argument, the rows, their HWC copy).
 """
 
 from __future__ import annotations
@@ -30,10 +37,17 @@ from typing import Any
 
 import numpy as np
 
+from workloads.errors import brief, clip, one_line
+from workloads.pickle_walk import PickleLimits, UnsafePickle, check_pickle
+
 ROW_BYTES = 3072  # 32 x 32 pixels x 3 channel planes
 ROWS_MAX = 10_000  # every batch of the real archive holds exactly this many images
 NUM_CLASSES = 10
-MESSAGE_MAX = 200
+MESSAGE_MAX = 120  # the batch's name and the fix go around it on one line
+# A real batch has about 40000 opcodes as Python 2's cPickle wrote it, 90000 as Python 3
+# writes it (10000 labels, 10000 memoised file names), MARKs nested 3 deep and one dict of
+# 4 items. The walk takes about a microsecond an opcode: a second at most per batch.
+PICKLE_LIMITS = PickleLimits(opcodes=1_000_000, depth=32, hashed_items=64)
 
 # The only dtypes a batch may ask for: the real archive uses u1 for the pixels, and
 # labels written as an integer array (rather than a list) need one of the others.
@@ -56,9 +70,7 @@ class RefusedPickle(BadBatch):
 
 def _one_printable_line(text: str) -> str:
     """Collapse whitespace, replace control characters (they come from the file) and cap length."""
-    line = " ".join(text.split())
-    line = "".join(ch if ch.isprintable() else "?" for ch in line)
-    return line if len(line) <= MESSAGE_MAX else line[: MESSAGE_MAX - 3] + "..."
+    return one_line(text, limit=MESSAGE_MAX)
 
 
 def _text(value: Any) -> str | None:
@@ -161,7 +173,7 @@ class _ArrayRequest:
             raise BadBatch("holds an array state that is not (version, shape, dtype, order, data)")
         if len(state) == 5:
             if not _is_int(state[0], 1):
-                raise BadBatch(f"holds an array state of version {state[0]!r}, not 1")
+                raise BadBatch(f"holds an array state of version {brief(state[0])}, not 1")
             state = state[1:]
         shape, dtype_request, fortran, raw = state
         if (
@@ -169,7 +181,7 @@ class _ArrayRequest:
             or not 1 <= len(shape) <= 2
             or not all(type(n) is int and 0 <= n <= ROWS_MAX * ROW_BYTES for n in shape)
         ):
-            raise BadBatch(f"holds an array of shape {shape!r}, not one or two sizes")
+            raise BadBatch(f"holds an array of shape {brief(shape)}, not one or two sizes")
         if not isinstance(dtype_request, _DtypeRequest) or not dtype_request.built:
             raise RefusedPickle("holds an array whose dtype is not a numpy.dtype with its state")
         if not _is_int(fortran, 0):
@@ -236,7 +248,7 @@ class BatchUnpickler(pickle.Unpickler):
             return _ALLOWED[(module, name)]
         except KeyError:
             raise RefusedPickle(
-                f"asks for {module}.{name}, which no CIFAR-10 batch uses and which may run code"
+                f"asks for {clip(module, 40)}.{clip(name, 40)}, which may run code"
             ) from None
 
     def persistent_load(self, pid: Any) -> Any:
@@ -244,18 +256,26 @@ class BatchUnpickler(pickle.Unpickler):
 
 
 def unpickle_batch(raw: bytes) -> Any:
-    """``pickle.loads(raw, encoding="bytes")`` through :class:`BatchUnpickler`.
+    """``pickle.loads(raw, encoding="bytes")`` through :class:`BatchUnpickler`, once walked.
 
-    Any exception while reading is the file's doing (the input is untrusted), so
-    all of them become one :class:`BadBatch`: truncated streams, stack underflows,
+    The walk (:func:`workloads.pickle_walk.check_pickle`) comes first, so a stream
+    that would make the unpickler allocate beyond its size never reaches it. Any
+    exception while reading is the file's doing (the input is untrusted), so all of
+    them become one :class:`BadBatch`: truncated streams, stack underflows,
     a REDUCE on a tuple, a BUILD on a list.
     """
+    try:
+        check_pickle(raw, PICKLE_LIMITS)
+    except UnsafePickle as exc:
+        raise RefusedPickle(str(exc)) from None
     try:
         return BatchUnpickler(io.BytesIO(raw), encoding="bytes").load()
     except BadBatch:
         raise
     except Exception as exc:  # untrusted input: every failure is a bad batch
-        raise BadBatch(f"is not a readable pickle ({type(exc).__name__}: {exc})") from exc
+        raise BadBatch(
+            f"is not a readable pickle ({clip(str(exc), 60) or type(exc).__name__})"
+        ) from exc
 
 
 def _array(value: Any, key: str) -> np.ndarray:
@@ -273,7 +293,7 @@ def _labels(value: Any, rows: int) -> np.ndarray:
         labels = value
     elif isinstance(value, _ArrayRequest) and value.array is not None:
         if value.array.ndim != 1:
-            raise BadBatch(f"has labels of shape {value.array.shape}, not a list")
+            raise BadBatch(f"has labels of shape {brief(value.array.shape)}, not a list")
         labels = [int(label) for label in value.array]
     else:
         raise BadBatch("has a labels entry that is neither a list nor an integer array")
@@ -281,7 +301,7 @@ def _labels(value: Any, rows: int) -> np.ndarray:
         raise BadBatch(f"has {rows} images but {len(labels)} labels")
     for index, label in enumerate(labels):
         if not 0 <= label < NUM_CLASSES:
-            raise BadBatch(f"has label {label} at index {index} (CIFAR-10 labels are 0-9)")
+            raise BadBatch(f"has label {brief(label)} at index {index}, not 0-9")
     return np.asarray(labels, dtype=np.int32)
 
 

@@ -33,6 +33,11 @@ examples:
   workloads cifar10 --data cifar10 --data-dir /datasets/cifar10 --epochs 10
   KERAS_BACKEND=jax workloads cifar10 --model cnn --data synthetic
   workloads cifar10 --model cnn --fast-cpu       # CPU host: bfloat16 where native, no XLA
+
+downloads (the archive here, VGG19's weights for style) end at a deadline and a minimum rate:
+  WORKLOADS_DOWNLOAD_DEADLINE_S     whole transfer, seconds (default 3600)
+  WORKLOADS_DOWNLOAD_MIN_RATE       bytes/s averaged over each window (default 50000; 0: off)
+  WORKLOADS_DOWNLOAD_RATE_WINDOW_S  that window, seconds (default 30)
 """
 
 

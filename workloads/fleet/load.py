@@ -8,13 +8,13 @@ with its reason and never just missing from the report.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
-from workloads.errors import WorkloadError
+from workloads.bounded import BadInput, read_json
+from workloads.errors import WorkloadError, clip
 from workloads.fleet.model import Figure, Host, Link, Reason
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024
@@ -265,13 +265,10 @@ def load_fleet(directory: Path) -> list[Host]:
                             "give the run directory accept.yml wrote (results/acceptance/<run>)")
     hosts = []
     for path in sorted(directory.glob("*.json")):
-        if path.stat().st_size > MAX_RECORD_BYTES:
-            raise WorkloadError(f"{path} is larger than {MAX_RECORD_BYTES // 2**20} MiB",
-                                "it is not an acceptance record; remove it from the directory")
         try:
-            record = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise WorkloadError(f"{path} is not a JSON record ({exc.__class__.__name__})",
+            record = read_json(path, MAX_RECORD_BYTES)  # size, nesting, numbers: bounded
+        except (OSError, BadInput) as exc:
+            raise WorkloadError(f"{path} is not a JSON record ({clip(str(exc), 60)})",
                                 "remove it, or run accept.yml again for that host") from exc
         if not isinstance(record, dict):
             raise WorkloadError(f"{path} is not a JSON object",

@@ -77,8 +77,7 @@ def keep_workers_on_node(node: str, port_low: int, port_high: int,
                 and os.environ.get(PORTS_ENV) == ports and is_mapped(library)):
             raise WorkloadError(
                 f"the worker bind library {library} is not loaded in the restarted worker",
-                f"check that it loads (LD_PRELOAD={library} /bin/true), or set {MODE_ENV}=any "
-                "on a network that is trusted end to end",
+                f"try 'LD_PRELOAD=LIBRARY /bin/true', or {MODE_ENV}=any on a trusted network",
             )
         return Binding("node", address, ports)
     env = {**os.environ, ADDRESS_ENV: address, PORTS_ENV: ports, REEXEC_ENV: str(os.getpid()),

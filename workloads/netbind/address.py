@@ -24,7 +24,7 @@ import os
 import socket
 from collections.abc import Iterable, Sequence
 
-from workloads.errors import WorkloadError
+from workloads.errors import WorkloadError, clip
 
 ADDRESS_OVERRIDE_ENV = "WORKLOADS_WORKER_ADDRESS"
 PEERS_TRIED = 8  # a misconfigured cluster costs each task at most this many name lookups
@@ -125,14 +125,19 @@ def worker_address(node: str, peers: Sequence[str]) -> str:
     chosen = _towards_peers(peers)
     if chosen:
         return chosen
-    named = resolved(node)
-    for address in named:
+    addresses = resolved(node)
+    for address in addresses:
         if not is_loopback(address) and _usable(address):
             return address
-    shown = ", ".join(named) or "nothing"
     raise WorkloadError(
-        f"no address of node {node} that the job's other nodes can reach: its name resolves "
-        f"to {shown} and no route leads to {', '.join(peers[:PEERS_TRIED])}",
-        f"set {ADDRESS_OVERRIDE_ENV} to this node's cluster address, or map {node} to that "
-        "address in /etc/hosts (not 127.0.1.1) or DNS",
+        f"node {clip(node, 30)}: no address other nodes reach (resolves to "
+        f"{listed(addresses, 1) or 'nothing'})",
+        f"set {ADDRESS_OVERRIDE_ENV}, or map the name to its cluster address",
     )
+
+
+def listed(names: Sequence[str], shown: int) -> str:
+    """The first `shown` names, each cut short, and how many more: a list for one line."""
+    first = ", ".join(clip(name, 30) for name in names[:shown])
+    more = len(names) - shown
+    return f"{first} and {more} more" if more > 0 else first

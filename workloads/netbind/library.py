@@ -6,10 +6,12 @@ file system) lets anyone who can write there plant one. So the library is never
 found by name alone:
 
 * it lives in ``netbind-<uid>`` (mode 0700, owned by this user, not a symbolic
-  link) under ``$WORKLOADS_CACHE``, and every directory above it must be owned by
-  this user or root and writable by nobody else (or sticky, like ``/tmp``), so
-  nobody else can rename it away and put their own in its place. When that path
-  fails a check, ``~/.cache/workloads`` is tried; when both fail, one line says why;
+  link) under ``$WORKLOADS_CACHE``, and every directory on the way to it, links
+  resolved, must pass the rule the sweep and the records use
+  (:func:`workloads.safefs.foreign_writer`: owned by this user or root, writable
+  by nobody else unless sticky, like ``/tmp``), so nobody else can rename it away
+  and put their own in its place. When that path fails a check,
+  ``~/.cache/workloads`` is tried; when both fail, one line says why;
 * it is built there from a temporary file (compiled, fsync'ed, renamed), and
   the SHA-256 of the bytes compiled is recorded beside it;
 * before each use it is opened without following links, and must be a regular
@@ -36,6 +38,7 @@ import tempfile
 from pathlib import Path
 
 from workloads.errors import WorkloadError
+from workloads.safefs import UnsafePath, resolve_directory
 
 SOURCE = Path(__file__).with_name("bindaddr.c")
 SHIM_ENV = "WORKLOADS_BIND_SHIM"
@@ -51,50 +54,63 @@ def library_name() -> str:
 
 
 def cache_candidates() -> list[Path]:
-    """Where the private directory may live: under $WORKLOADS_CACHE, else ~/.cache/workloads."""
+    """Where the private directory may live: under $WORKLOADS_CACHE, else ~/.cache/workloads.
+
+    As given: :func:`private_directory` walks them, links resolved and checked.
+    """
     home = Path.home() / ".cache" / "workloads"
     given = os.environ.get("WORKLOADS_CACHE")
     bases = [Path(given), home] if given else [home]
-    return [Path(os.path.realpath(base)) / f"netbind-{os.geteuid()}" for base in bases]
+    return [Path(os.path.abspath(base)) / f"netbind-{os.geteuid()}" for base in bases]
 
 
-def _writable_by_others(mode: int) -> bool:
-    return bool(mode & WRITABLE_BY_OTHERS) and not (stat.S_ISDIR(mode) and mode & stat.S_ISVTX)
-
-
-def ancestor_problem(directory: Path) -> str | None:
-    """Why someone other than this user or root could replace `directory` (None: nobody can).
-
-    Every directory from `directory` up to ``/`` is checked without following
-    links: owned by this user or root, and not writable by group or others unless
-    sticky (there only an entry's owner may rename or remove it).
-    """
-    trusted = {0, os.geteuid()}
-    for path in (directory, *directory.parents):
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            return f"{path} is a symbolic link"
-        if info.st_uid not in trusted:
-            return f"{path} is owned by uid {info.st_uid}"
-        if _writable_by_others(info.st_mode):
-            return f"{path} is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
+def _private_problem(info: os.stat_result, shown: Path) -> str | None:
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        return f"{shown} is not a directory (a link or another file)"
+    if info.st_uid != os.geteuid():
+        return f"{shown} is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        return f"{shown} has mode {stat.S_IMODE(info.st_mode):04o}, not 0700"
     return None
 
 
-def private_directory_problem(directory: Path) -> str | None:
-    """Why `directory` is not this user's private directory (None: it is, and so are its parents).
+def private_directory(directory: Path, *, create: bool = False) -> tuple[Path | None, str | None]:
+    """(`directory`'s real path, None), or (None, why it is not this user's private directory).
 
-    It must be a real directory (not a link), owned by the effective uid, with no
-    permission for group or others (0700), under parents nobody else can change.
+    Every directory on the way is walked and checked as the sweep's are
+    (:func:`workloads.safefs.resolve_directory`, made 0755 where missing with
+    ``create``); `directory` itself (made 0700 with ``create``) must be a real
+    directory, not a link, owned by the effective uid, with no permission for
+    group or others.
     """
-    info = os.lstat(directory)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        return f"{directory} is not a directory (a link or another file)"
-    if info.st_uid != os.geteuid():
-        return f"{directory} is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        return f"{directory} has mode {stat.S_IMODE(info.st_mode):04o}, not 0700"
-    return ancestor_problem(directory.parent)
+    try:
+        parent_fd, parent = resolve_directory(directory.parent, create=create)
+    except UnsafePath as exc:
+        return None, exc.problem
+    except OSError as exc:
+        return None, f"{directory.parent}: {exc.strerror}"
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(directory.name, 0o700, dir_fd=parent_fd)
+                made = os.open(directory.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                               dir_fd=parent_fd)
+                try:
+                    os.fchmod(made, 0o700)  # whatever the umask
+                finally:
+                    os.close(made)
+        info = os.stat(directory.name, dir_fd=parent_fd, follow_symlinks=False)
+    except OSError as exc:
+        return None, f"{directory}: {exc.strerror}"
+    finally:
+        os.close(parent_fd)
+    problem = _private_problem(info, directory)
+    return (None, problem) if problem else (parent / directory.name, None)
+
+
+def private_directory_problem(directory: Path) -> str | None:
+    """Why `directory` is not your private directory, under safe parents (None: it is)."""
+    return private_directory(directory)[1]
 
 
 def _open_owned(path: Path, owners: set[int]) -> tuple[bytes, os.stat_result] | None:
@@ -129,10 +145,8 @@ def _compiler() -> str:
     compiler = shutil.which(wanted) if wanted else shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise WorkloadError(
-            "no C compiler to build the library that keeps TensorFlow's unauthenticated "
-            "workers on the node's address",
-            f"install gcc, set {SHIM_ENV} to a built libbindaddr.so, or set {MODE_ENV}=any "
-            "on a network that is trusted end to end",
+            "no C compiler to build the library that binds TensorFlow's workers",
+            f"install gcc, set {SHIM_ENV} to a built libbindaddr.so, or {MODE_ENV}=any",
         )
     return compiler
 
@@ -197,26 +211,6 @@ def build(directory: Path, library: Path) -> Path:
     return library
 
 
-def _ensure_private_directory(directory: Path) -> str | None:
-    """Create `directory` (0700) if missing; why it cannot be used, or None."""
-    try:
-        for parent in reversed([directory.parent, *directory.parent.parents]):
-            if not parent.exists():
-                os.mkdir(parent, 0o755)  # not 0777 & ~umask, as mkdir -p would make them
-        try:
-            os.mkdir(directory, 0o700)
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            try:
-                os.fchmod(fd, 0o700)  # whatever the umask
-            finally:
-                os.close(fd)
-        except FileExistsError:
-            pass
-        return private_directory_problem(directory)
-    except OSError as exc:
-        return f"{directory}: {exc.strerror}"
-
-
 def _given_library(given: str) -> Path:
     """$WORKLOADS_BIND_SHIM, resolved, once the file itself passes the owner and mode checks.
 
@@ -230,10 +224,8 @@ def _given_library(given: str) -> Path:
                             "point it at libbindaddr.so or unset it to build one here")
     if _open_owned(path, {0, os.geteuid()}) is None:
         raise WorkloadError(
-            f"the worker bind library {SHIM_ENV}={given} is owned by someone else or "
-            "writable by others",
-            f"point {SHIM_ENV} at a copy only you (or root) can write, or unset it to "
-            "build one here",
+            f"{SHIM_ENV}={given} is owned by someone else or writable by others",
+            "point it at a copy only you (or root) can write, or unset it to build one",
         )
     return path
 
@@ -244,19 +236,18 @@ def shim_library() -> Path:
     if given:
         return _given_library(given)
     problems = []
-    for directory in cache_candidates():
-        problem = _ensure_private_directory(directory)
-        if problem:
-            problems.append(problem)
+    for candidate in cache_candidates():
+        directory, problem = private_directory(candidate, create=True)
+        if directory is None:
+            problems.append(problem or f"{candidate} cannot be used")
             continue
         library = directory / library_name()
         if not is_verified(library):
             build(directory, library)
         return library
     raise WorkloadError(
-        f"no private directory for the worker bind library ({'; '.join(problems)})",
-        f"set WORKLOADS_CACHE to a directory only you can write, or set {SHIM_ENV} to a "
-        "libbindaddr.so only you (or root) can write",
+        f"no private directory for the worker bind library: {problems[0]}",
+        "set WORKLOADS_CACHE to a directory only you can write",
     )
 
 

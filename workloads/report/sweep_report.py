@@ -15,6 +15,7 @@ from typing import Any
 
 import psweep as ps
 
+from workloads.bounded import BadInput, read_json
 from workloads.records import atomic_write_bytes
 from workloads.sweep.contact_sheet import has_images, render_contact_sheet
 from workloads.sweep.explorer import render_explorer
@@ -65,8 +66,8 @@ def _write_tables(view: SweepView, out: Path) -> list[Path]:
 def _read_scaling(sweep_dir: Path) -> dict[str, Any] | None:
     path = sweep_dir / SCALING_JSON
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = read_json(path)
+    except (OSError, BadInput):
         return None
     return data if isinstance(data, dict) and data.get("steps") else None
 

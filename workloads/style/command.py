@@ -46,6 +46,11 @@ examples:
 weights:
   --weights imagenet downloads vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5 once into
   $WORKLOADS_CACHE/vgg19/ (default ~/.cache/workloads/vgg19/); offline hosts copy it there.
+
+downloads (these weights, CIFAR-10's archive) end at a deadline and a minimum rate:
+  WORKLOADS_DOWNLOAD_DEADLINE_S     whole transfer, seconds (default 3600)
+  WORKLOADS_DOWNLOAD_MIN_RATE       bytes/s averaged over each window (default 50000; 0: off)
+  WORKLOADS_DOWNLOAD_RATE_WINDOW_S  that window, seconds (default 30)
 """
 
 

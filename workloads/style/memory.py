@@ -128,7 +128,7 @@ def check_fits(height: int, width: int, style_pixels: int, budget: Budget | None
         return need
     fits = largest_width(height / width, style_pixels / width**2, usable)
     raise WorkloadError(
-        f"width {width} needs about {need / 2**30:.1f} GiB (approximate estimate) but "
+        f"width {width} needs about {need / 2**30:.1f} GiB but "
         f"{budget.device} has {budget.free_bytes / 2**30:.1f} GiB free",
         f"use --width {fits} or less (the largest that should fit)",
     )

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads.errors import WorkloadError
+from workloads.errors import WorkloadError, clip
 from workloads.style.config import CONTENT_LAYERS, STYLE_LAYERS
-from workloads.style.weights import FILE_NAME, WeightsSource
+from workloads.style.weights import WeightsSource
 
 # VGG19 without its classifier: (layer name, kind, output channels), in order.
 VGG19_LAYERS: tuple[tuple[str, str, int], ...] = tuple(
@@ -68,10 +68,10 @@ def load_vgg19(source: WeightsSource, seed: int, precision: str = "float32") -> 
         try:
             model.load_weights(str(source.path))
         except Exception as exc:  # h5py, ValueError on layer/shape mismatch, ...
-            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            reason = clip(str(exc), 40) or type(exc).__name__
             raise WorkloadError(
-                f"{source.path} is not a Keras VGG19 (include_top=False) weights file ({reason})",
-                f"use {FILE_NAME} from keras-applications, or --weights imagenet",
+                f"{source.path} is not Keras VGG19 no-top weights ({reason})",
+                "use --weights imagenet",
             ) from exc
     return model
 

@@ -16,8 +16,8 @@ import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 
-from workloads.download import ChecksumMismatch, fetch_verified, md5sum
-from workloads.errors import WorkloadError
+from workloads.download import ChecksumMismatch, fetch_verified, md5sum, pace_from_env
+from workloads.errors import WorkloadError, clip
 
 FILE_NAME = "vgg19_weights_tf_dim_ordering_tf_kernels_notop.h5"
 URL = "https://storage.googleapis.com/tensorflow/keras-applications/vgg19/" + FILE_NAME
@@ -113,8 +113,8 @@ def verify(path: Path) -> None:
     actual = md5sum(path)
     if actual != weights_md5():
         raise WorkloadError(
-            f"{path} has MD5 {actual}, expected {weights_md5()} (truncated or a different file)",
-            f"delete it and let it download again, or copy {URL} there",
+            f"{path} has MD5 {actual[:12]}..., not {weights_md5()[:12]}... (a wrong file)",
+            "delete it to download it again",
         )
 
 
@@ -135,17 +135,16 @@ def download(url: str, target: Path) -> Path:
             timeout=DOWNLOAD_TIMEOUT_S,
             max_bytes=MAX_BYTES,
             algorithm="md5",
+            pace=pace_from_env(),
         )
     except ChecksumMismatch as exc:
         raise WorkloadError(
-            f"the file downloaded from {url} has MD5 {exc.actual}, expected {exc.expected}",
-            f"check the mirror (WORKLOADS_VGG19_URL) or copy {URL} to {target} by hand",
+            f"the download from {url} has MD5 {exc.actual[:8]}..., not {exc.expected[:8]}...",
+            f"check WORKLOADS_VGG19_URL, or put the file in {target.parent}",
         ) from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        source = "" if url == URL else f" from {url}"
         raise WorkloadError(
-            f"VGG19 ImageNet weights are not cached and the download{source} failed ({reason})",
-            f"copy {FILE_NAME} (from {URL}) to {target.parent}/, "
-            "or use --weights random for a speed test",
+            f"VGG19 weights not cached, download failed ({clip(str(reason), 36)})",
+            f"put {FILE_NAME} in {target.parent}",
         ) from exc

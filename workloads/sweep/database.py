@@ -11,6 +11,15 @@ read only when it and its sweep directory are owned by the user running the
 command and writable by nobody else (:func:`check_trusted`). Anyone who may
 replace ``database.pk`` could otherwise run code as whoever next resumes or
 reports the sweep.
+
+Trusted is not the same as well-formed (a disk error, a copy cut short, another
+tool's file), so reading is bounded too: a file over :data:`DATABASE_MAX_BYTES` is
+refused from ``fstat``, and its opcodes are walked (:mod:`workloads.pickle_walk`)
+before ``pickle.loads``: memo indices beyond the stream's stores and MARKs nested
+past :data:`DATABASE_LIMITS` are refused before the unpickler allocates for them.
+The walk costs time linear in the file (about 30 ms for a 226-run study), and the
+unpickler then memory linear in it; what pandas builds from the stream is the
+reason the file must be trusted.
 """
 
 from __future__ import annotations
@@ -26,12 +35,17 @@ from typing import Any
 import pandas as pd
 import psweep as ps
 
+from workloads.bounded import BadInput, read_at_most
 from workloads.errors import WorkloadError
+from workloads.pickle_walk import PickleLimits, UnsafePickle, check_pickle
 from workloads.records import atomic_write_bytes
 from workloads.safefs import UnsafePath
 from workloads.sweep.lock import DATABASE_LOCK, exclusive
 
 DATABASE = "database.pk"
+# A row is a few kB pickled (a 226-run study: 0.5 MB); 256 MiB is a hundred thousand runs.
+DATABASE_MAX_BYTES = 256 << 20
+DATABASE_LIMITS = PickleLimits(opcodes=DATABASE_MAX_BYTES, depth=256)
 SPEC_COPY = "sweep.yaml"  # the spec as last run, normalised: the report reads its axes
 
 
@@ -45,10 +59,8 @@ class DatabaseWriteError(WorkloadError):
     def __init__(self, path: Path, exc: OSError | UnsafePath) -> None:
         self.reason = exc.problem if isinstance(exc, UnsafePath) else exc.strerror or str(exc)
         super().__init__(
-            f"cannot write {path} ({self.reason}); the finished runs' records are in their "
-            "run directories",
-            "free space (or fix the disk) and run the sweep again: finished runs are "
-            "adopted from their records, the others run",
+            f"cannot write {path} ({self.reason}); finished runs keep their records",
+            "free space (or fix the disk) and run the sweep again: it adopts them",
         )
 
 
@@ -70,16 +82,16 @@ def _refuse_untrusted(info: os.stat_result, path: Path) -> None:
     kind = "sweep directory" if stat.S_ISDIR(info.st_mode) else "sweep database"
     if info.st_uid != os.geteuid():
         raise WorkloadError(
-            f"{kind} {path} is owned by uid {info.st_uid}, not by you (uid {os.geteuid()}): "
-            "reading its pickle could run that user's code",
-            "copy the sweep into a directory of your own ('cp -r'), or run as its owner",
+            f"{kind} {path} is owned by uid {info.st_uid}, not by you: its pickle could run "
+            "their code",
+            "copy it to a directory of yours, or run as its owner",
         )
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         who = "others" if info.st_mode & stat.S_IWOTH else "its group"
         raise WorkloadError(
             f"{kind} {path} is writable by {who} (mode {stat.S_IMODE(info.st_mode):o}): "
-            "whoever can replace it could run code through its pickle",
-            f"run 'chmod go-w {path}' if you trust its contents",
+            "they could run code through its pickle",
+            "run 'chmod go-w' on it if you trust it",
         )
 
 
@@ -111,17 +123,31 @@ def _load(path: Path) -> pd.DataFrame | None:
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as fh:
+        if info.st_size > DATABASE_MAX_BYTES:
+            raise WorkloadError(
+                f"sweep database {path} is {info.st_size} bytes, over the {DATABASE_MAX_BYTES}"
+                " read", "move it aside: the next sweep adopts the runs from their records")
         try:
-            df = pickle.load(fh)
+            data = read_at_most(fh, DATABASE_MAX_BYTES)  # never allocates the cap up front
+        except BadInput as exc:
+            raise WorkloadError(f"sweep database {path} {exc}", "move it aside") from None
+        try:
+            check_pickle(data, DATABASE_LIMITS)
+        except UnsafePickle as exc:
+            raise WorkloadError(f"sweep database {path} {exc}",
+                                "move it aside: the next sweep adopts the runs from their records",
+                                ) from None
+        try:
+            df = pickle.loads(data)
         except Exception as exc:  # whatever a broken pickle raises: one line, not a traceback
             raise WorkloadError(
                 f"sweep database {path} is not a psweep database ({type(exc).__name__})",
-                "move it aside: the next sweep adopts the finished runs from their records",
+                "move it aside: the next sweep adopts the runs from their records",
             ) from None
     if not isinstance(df, pd.DataFrame):
         raise WorkloadError(
             f"sweep database {path} holds a {type(df).__name__}, not a DataFrame",
-            "move it aside: the next sweep adopts the finished runs from their records",
+            "move it aside: the next sweep adopts the runs from their records",
         )
     return df
 

@@ -14,7 +14,8 @@ import platform
 from collections.abc import Iterator
 from pathlib import Path
 
-from workloads.errors import WorkloadError
+from workloads.bounded import loads_json
+from workloads.errors import WorkloadError, brief, clip
 from workloads.records import utc_now
 from workloads.safefs import directory_fd, open_file, subdirectory
 
@@ -86,8 +87,9 @@ def _write_holder(fd: int) -> None:
 def _holder(fd: int) -> str:
     """The holder a lock file names, read from the descriptor already checked."""
     try:
-        info = json.loads(os.pread(fd, 4096, 0))
-        return f"pid {info['pid']} on {info['host']}, started {info['started_at']}"
+        info = loads_json(os.pread(fd, 4096, 0))
+        return (f"pid {brief(info['pid'])} on {clip(str(info['host']), 40)}, "
+                f"started {clip(str(info['started_at']), 25)}")
     except (OSError, ValueError, KeyError, TypeError):
         return "holder unknown"
 
@@ -138,7 +140,7 @@ def _lock_run(directory: Path, run: int) -> int:
         os.close(fd)
         raise RunBusy(
             f"run {directory.name} is still live in another process ({holder})",
-            "leave it to finish (its row lands in the database), or stop that process first",
+            "let it finish, or stop that process first",
         ) from None
     try:
         _write_holder(fd)

@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 import psweep as ps
-import yaml
 
+from workloads.bounded import BadInput, read_json, read_yaml
 from workloads.errors import WorkloadError
 from workloads.sweep.database import DATABASE, SPEC_COPY, SweepDatabase
 
@@ -45,8 +45,10 @@ class Run:
         if self.record is None:
             return {}
         try:
-            data = json.loads(self.record.read_text())
-        except (OSError, ValueError):
+            data = read_json(self.record)
+        except (OSError, BadInput):
+            return {}
+        if not isinstance(data, dict):
             return {}
         history = data.get("loss_history")
         if isinstance(history, dict):
@@ -129,7 +131,10 @@ def _read_spec(directory: Path) -> dict[str, Any] | None:
     path = directory / SPEC_COPY
     if not path.is_file():
         return None
-    data = yaml.safe_load(path.read_text())
+    try:
+        data = read_yaml(path)
+    except BadInput as exc:
+        raise WorkloadError(f"{path} {exc}", "delete it: the next sweep writes it again") from exc
     return data if isinstance(data, dict) and "vary" in data and "center" in data else None
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import platform
 import shutil
@@ -27,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from workloads.bounded import BadInput, read_json
 from workloads.errors import OutOfMemory, WorkloadError
 from workloads.safefs import open_file
 from workloads.sweep.expand import Pset
@@ -96,7 +96,7 @@ class RunNotStarted(WorkloadError):
         self.reason = exc.strerror or str(exc)
         super().__init__(
             f"cannot start run {directory.name} in {directory.parent} ({self.reason})",
-            "free space (or fix the disk) and run the sweep again: the runs not started run then",
+            "free space (or fix the disk) and run the sweep again",
         )
 
 
@@ -283,8 +283,8 @@ def _is_scalar(value: Any) -> bool:
 
 def _read_ok_record(path: Path) -> dict[str, Any] | None:
     try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
+        record = read_json(path)
+    except (OSError, BadInput):
         return None
     if not isinstance(record, dict) or record.get("status") not in OK_STATUSES:
         return None

@@ -65,9 +65,8 @@ def refuse_if_array_queued(directory: Path) -> None:
     jobs = queued_arrays(name)
     if jobs:
         raise WorkloadError(
-            f"SLURM array job {jobs[0]} ({name}) of {directory} is still queued or running",
-            f"wait for it ('squeue --me --name={name}'), or cancel it ('scancel {jobs[0]}') "
-            "and run this command again",
+            f"SLURM array job {jobs[0]} of {directory} is still queued or running",
+            f"wait for it, or 'scancel {jobs[0]}' and run this command again",
         )
 
 

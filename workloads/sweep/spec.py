@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from workloads.errors import WorkloadError
+from workloads.bounded import SPEC_MAX_BYTES, BadInput, read_yaml
+from workloads.errors import WorkloadError, brief, clip
 from workloads.sweep.workload import Value, Workload, load_workload
 
 MODES = ("star", "grid")
@@ -129,21 +128,17 @@ def load_spec(path: Path) -> SweepSpec:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    """The spec's mapping, read in bounded size, depth and nodes (:mod:`workloads.bounded`)."""
     try:
-        text = path.read_text()
+        data = read_yaml(path, SPEC_MAX_BYTES)
     except FileNotFoundError:
         raise WorkloadError(f"spec {path} does not exist", "check the path") from None
+    except IsADirectoryError:
+        raise WorkloadError(f"spec {path} is a directory", "give the spec's file") from None
     except OSError as exc:
         raise WorkloadError(f"cannot read spec {path} ({exc.strerror})", "check the path") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise WorkloadError(
-            f"{path}{where} is not valid YAML ({what})", "fix the YAML syntax there"
-        ) from None
+    except BadInput as exc:
+        raise WorkloadError(f"{path} {exc}", "fix the YAML there") from None
     if not isinstance(data, dict):
         raise WorkloadError(
             f"{path} is not a YAML mapping", "start with 'workload: style' and a 'vary:' block"
@@ -168,11 +163,11 @@ def _check_name(workload: Workload, key: Any, where: str, fail: Any) -> None:
     """
     if key in workload.options:
         return
-    close = difflib.get_close_matches(str(key).replace("-", "_"), sorted(workload.options), n=3)
+    close = difflib.get_close_matches(str(key).replace("-", "_"), sorted(workload.options), n=2)
     hint = f" (did you mean {' or '.join(close)}?)" if close else ""
     raise fail(
         f"{where}: unknown parameter of {workload.name}{hint}",
-        f"parameters are the options of '{workload.help_command}', - as _",
+        f"see '{workload.help_command}'",
     )
 
 
@@ -183,7 +178,7 @@ def _normalise(workload: Workload, key: str, value: Any, where: str, fail: Any) 
     except ValueError as exc:
         flag = workload.option(key).flag
         raise fail(
-            f"{where}: bad value {value!r} ({exc})",
+            f"{where}: bad value {brief(value)} ({clip(str(exc), 100)})",
             f"see 'workloads {workload.name} --help' for {flag}",
         ) from None
 

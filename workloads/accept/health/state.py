@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads import safefs
+from workloads.bounded import loads_json
 
 DEFAULT = Path("/var/lib/workloads/health-state.json")
 VERSION = 1
@@ -74,7 +75,7 @@ class State:
 
 
 def _parse(text: str) -> State:
-    data = json.loads(text)
+    data = loads_json(text)
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise ValueError("not a state file of this version")
     return State(
