@@ -74,19 +74,24 @@ class CopyEngine:
 
     def host_to_device(self, ordinal: int, nbytes: int, repeats: int) -> float:
         """Best bytes/s of ``repeats`` copies of ``nbytes`` from pinned host memory."""
-        with self._context(ordinal), self._pinned(nbytes) as host, self._device_buffer(
-            nbytes
-        ) as device, self._stream() as stream:
-            return self._best(
-                stream, nbytes, repeats,
-                lambda: self._call("cuMemcpyHtoDAsync", device, host, nbytes, stream),
-            )
+        return self._host_copy(ordinal, nbytes, repeats, to_device=True)
 
     def device_to_host(self, ordinal: int, nbytes: int, repeats: int) -> float:
         """Best bytes/s of ``repeats`` copies of ``nbytes`` into pinned host memory."""
-        with self._context(ordinal), self._pinned(nbytes) as host, self._device_buffer(
-            nbytes
-        ) as device, self._stream() as stream:
+        return self._host_copy(ordinal, nbytes, repeats, to_device=False)
+
+    def _host_copy(self, ordinal: int, nbytes: int, repeats: int, *, to_device: bool) -> float:
+        with (
+            self._context(ordinal),
+            self._pinned(nbytes) as host,
+            self._device_buffer(nbytes) as device,
+            self._stream() as stream,
+        ):
+            if to_device:
+                return self._best(
+                    stream, nbytes, repeats,
+                    lambda: self._call("cuMemcpyHtoDAsync", device, host, nbytes, stream),
+                )
             return self._best(
                 stream, nbytes, repeats,
                 lambda: self._call("cuMemcpyDtoHAsync", host, device, nbytes, stream),
