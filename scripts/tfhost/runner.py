@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from workloads.errors import WorkloadError
+from workloads.errors import WorkloadError, clip
 
 RESULTS_MOUNT = "/results"
 SHM_SIZE = "1g"
@@ -153,7 +153,7 @@ def create(client: Any, spec: RunSpec) -> Any:
     except docker.errors.APIError as exc:
         raise WorkloadError(
             f"the Docker engine refused to create a container from {spec.image} "
-            f"({_explanation(exc)})",
+            f"({clip(_explanation(exc), 90)})",
             "check the options (--network, --gpus, --env) and the engine's log",
         ) from exc
 
@@ -168,18 +168,18 @@ def start(container: Any, spec: RunSpec) -> None:
         reason = _explanation(exc)
         if spec.gpus is not None and _NO_GPU_DRIVER.search(reason):
             raise WorkloadError(
-                f"the Docker engine has no NVIDIA Container Toolkit for GPUs ({reason})",
-                "install it and run `nvidia-ctk runtime configure --runtime=docker`, or drop "
-                "--gpus",
+                f"the Docker engine has no NVIDIA Container Toolkit for GPUs ({clip(reason, 48)})",
+                "install it, run `nvidia-ctk runtime configure --runtime=docker`, or drop --gpus",
             ) from exc
         if _MEMLOCK_REFUSED.search(reason):
             limit = "unlimited" if spec.memlock_bytes < 0 else f"{spec.memlock_bytes} bytes"
             raise WorkloadError(
-                f"the Docker engine may not raise the locked-memory limit to {limit} ({reason})",
+                f"the Docker engine may not raise the locked-memory limit to {limit} "
+                f"({clip(reason, 40)})",
                 "give dockerd LimitMEMLOCK=infinity, or pass a lower --memlock BYTES",
             ) from exc
         raise WorkloadError(
-            f"container from {spec.image} did not start ({reason})",
+            f"container from {spec.image} did not start ({clip(reason, 90)})",
             "check the image's entrypoint and the engine's log",
         ) from exc
 

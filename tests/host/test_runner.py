@@ -247,7 +247,8 @@ def test_engine_not_answering_is_one_line(tmp_path: Path) -> None:
                                     env={"DOCKER_HOST": f"unix://{sock}"})
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert f"no Docker engine answers at unix://{sock}" in result.stderr
+    assert "no Docker engine answers at " in result.stderr
+    assert f"{sock.name} (" in result.stderr  # a long path keeps its end
 
 
 @pytest.mark.parametrize(

@@ -104,7 +104,7 @@ def test_a_failed_count_stops_the_study_and_keeps_what_finished(tmp_path: Path) 
                                 epoch_times_s=[2.0, 1.0 / count]), record)
         return 0
 
-    with pytest.raises(WorkloadError, match=r"the run with 4 CPU replicas failed \(exit code 3\)"):
+    with pytest.raises(WorkloadError, match=r"the run with 4 CPU replicas failed \(exit 3\)"):
         run_study(_plan(counts=[1, 2, 4]), tmp_path, launch)
     summary = json.loads((tmp_path / "scaling.json").read_text())
     assert [p["count"] for p in summary["points"]] == [1, 2]

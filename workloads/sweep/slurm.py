@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workloads.errors import WorkloadError
+from workloads.errors import WorkloadError, clip
 from workloads.records import append_line, atomic_write_bytes, utc_now
 from workloads.safefs import directory_fd, make_directory, subdirectory
 from workloads.sweep.database import SweepDatabase
@@ -100,8 +100,8 @@ def check_script_value(what: str, value: str) -> str:
     """``value`` unless it holds a control character, which could break out of its line."""
     if _CONTROL.search(value):
         raise WorkloadError(
-            f"{what} {value!r} holds a control character (a newline, tab...), which would "
-            "end its line of the generated batch script",
+            f"{what} {clip(repr(value), 40)} holds a control character, which would end a "
+            "batch script line",
             f"give {what} without control characters",
         )
     return value
