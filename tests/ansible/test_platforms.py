@@ -175,14 +175,6 @@ def open_platform_lab(workdir: Path) -> Iterator[PlatformLab]:
                           rpm_base_url, docker_key.fingerprint)
 
 
-@pytest.fixture(scope="module")
-def platform_lab(docker_host: str,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformLab]:
-    """The fresh stand-ins' lab (each brownfield job opens its own)."""
-    with open_platform_lab(tmp_path_factory.mktemp("platforms")) as lab:
-        yield lab
-
-
 def _facts(inventory: Path, host: str) -> dict[str, str]:
     """What Ansible's fact gathering calls the host (distribution, version, family, pkg_mgr)."""
     wanted = ["ansible_distribution", "ansible_distribution_version", "ansible_os_family",
@@ -330,7 +322,7 @@ def _used_by(stand_in: StandIn) -> Callable[[pytest.Item], bool]:
     return uses
 
 
-def _brownfield_job(stand_in: StandIn) -> Callable[[JobContext], PlatformRun]:
+def _stand_in_job(stand_in: StandIn) -> Callable[[JobContext], PlatformRun]:
     def converge_in_the_background(job: JobContext) -> PlatformRun:
         ensure_engine()
         platform_lab = job.stack.enter_context(open_platform_lab(job.workdir))
@@ -339,25 +331,22 @@ def _brownfield_job(stand_in: StandIn) -> Callable[[JobContext], PlatformRun]:
     return converge_in_the_background
 
 
-# The brownfield stand-ins' set-up (the guides' state, --check, converge, re-run: about
-# 3.5 minutes each) runs as background jobs, each with its own lab, on the core the
-# VM jobs leave idle; their tests collect the result. tests/support/background.py.
+# Each stand-in's set-up (a brownfield one's guides' state and --check, the converge, the
+# re-run, --check on a fresh container: 4-8 minutes each on two cores) is a background job
+# with its own lab, and this module's tests run after every other test of the session
+# (`run_last`): the four converges overlap the rest of the suite instead of adding to it,
+# and their tests collect the results. tests/support/background.py.
 for _stand_in in STAND_INS:
-    if _stand_in.brownfield:
-        background_job(__file__, name=_job_name(_stand_in),
-                       needed_by=_used_by(_stand_in))(_brownfield_job(_stand_in))
+    background_job(__file__, name=_job_name(_stand_in), run_last=True,
+                   needed_by=_used_by(_stand_in))(_stand_in_job(_stand_in))
 
 
 @pytest.fixture(scope="module", params=PARAMS)
 def platform_run(request: pytest.FixtureRequest,
                  background_jobs: BackgroundJobs) -> Iterator[PlatformRun]:
-    """One stand-in's runs: a brownfield one's from its background job, a fresh one's here."""
+    """One stand-in's runs, from its background job; its hosts go when the module is done."""
     stand_in: StandIn = request.param
-    if stand_in.brownfield:
-        with background_jobs.held(_job_name(stand_in)) as run:  # its hosts go with it
-            yield run
-        return
-    with stand_in_run(stand_in, request.getfixturevalue("platform_lab")) as run:
+    with background_jobs.held(_job_name(stand_in)) as run:
         yield run
 
 

@@ -33,9 +33,11 @@ import pytest
 from tests.hypervisor.play import Play, run_hypervisor_play
 from tests.support.background import BackgroundJobs, JobContext, background_job
 from tests.vm.box_fixture import require_box
+from tests.vm.emulation import SKIP_REASON, emulated_guests_skipped
 from tests.vm.machine import Machine, booted, stop_vm
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800),
+              pytest.mark.skipif(emulated_guests_skipped(), reason=SKIP_REASON)]
 
 HOST = "tfhost-vm"
 GPU, AUDIO = "0000:00:05.0", "0000:00:05.1"

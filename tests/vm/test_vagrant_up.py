@@ -56,10 +56,12 @@ from tests.fixtures.aptrepo import build_stub_repos, serve_directory
 from tests.support.background import BackgroundJobs, JobContext, background_job
 from tests.vm.apt_proxy import AptProxy, apt_proxy
 from tests.vm.box_fixture import require_box
+from tests.vm.emulation import SKIP_REASON, domain_type, emulated_guests_skipped
 from tests.vm.machine import Box
 from tests.vm.netns import Namespace, destroy_domains, libvirt_namespace, relay_ports
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600),
+              pytest.mark.skipif(emulated_guests_skipped(), reason=SKIP_REASON)]
 
 APT_CACHE = Path(os.environ.get("TFHOST_BOX_CACHE", "/var/cache/tfhost-box")) / "apt-proxy"
 GUEST = "tfhost-gpu1"
@@ -122,15 +124,6 @@ class Lab:
         return step
 
 
-def _domain_type() -> str:
-    """kvm with hardware virtualization, else qemu (TCG): the rule of scripts/vm.sh --accel auto.
-
-    CI's /dev/kvm is a nested PVM (kvm_pvm) that cannot boot the stock kernel.
-    """
-    hardware = Path("/sys/module/kvm_intel").exists() or Path("/sys/module/kvm_amd").exists()
-    return "kvm" if hardware and os.access("/dev/kvm", os.R_OK | os.W_OK) else "qemu"
-
-
 @contextmanager
 def _lab(box: Box, workdir: Path) -> Iterator[Lab]:
     """The namespace with libvirtd, the loopback services relayed into it, Vagrant's environment."""
@@ -141,7 +134,7 @@ def _lab(box: Box, workdir: Path) -> Iterator[Lab]:
     with serve_directory(repos.root, workdir / "repo-http.log") as base_url, \
             fake_registry("$oauthtoken", EXAMPLE_NGC_API_KEY) as registry, \
             apt_proxy(APT_CACHE, workdir / "apt-proxy.log") as proxy, \
-            libvirt_namespace(workdir / "libvirt", hide_kvm=_domain_type() == "qemu") as namespace:
+            libvirt_namespace(workdir / "libvirt", hide_kvm=domain_type() == "qemu") as namespace:
         ports = [proxy.port, urlsplit(base_url).port or 80, int(registry.address.split(":")[1])]
         forwards = " ".join(f"-R 127.0.0.1:{port}:127.0.0.1:{port}" for port in ports)
         variables = {**repos.ansible_vars(base_url), **VM_VARS, "ngc_registry": registry.address,
@@ -163,7 +156,7 @@ def _lab(box: Box, workdir: Path) -> Iterator[Lab]:
             # guest took 1.2-1.5 of CI's two cores for half an hour (measured), leaving
             # the other tests less than one. The module runs last (run_last), so a
             # slower guest never makes the session wait.
-            TFHOST_VM_DRIVER=_domain_type(), TFHOST_VM_MEMORY="3072", TFHOST_VM_CPUS="1",
+            TFHOST_VM_DRIVER=domain_type(), TFHOST_VM_MEMORY="3072", TFHOST_VM_CPUS="1",
             TFHOST_APT_PROXY=f"http://127.0.0.1:{proxy.port}/",
             TFHOST_ANSIBLE_VARS=str(vars_file),
             TFHOST_VAULT_PASSWORD_FILE=str(VAULT_PASSWORD),
