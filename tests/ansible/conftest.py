@@ -1,8 +1,8 @@
 """Fixtures for the Ansible tests: stub repositories, fake NGC registry, target hosts.
 
-The expensive scenarios (see lab.py) are submitted when the module's first
-test asks for them; each test waits only for the scenario it checks. Every
-container, server and thread is stopped at the end.
+The expensive scenarios (see lab.py) run in test_site.py's background job, which
+starts at collection (tests/support/background.py); the module's tests run last
+and find them done. Every container, server and thread is stopped at the end.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +31,8 @@ from tests.ansible.playbook import EXAMPLE_NGC_API_KEY
 from tests.ansible.target import target_image
 from tests.ansible.timings import TIMINGS, write_timings
 from tests.fixtures.aptrepo import build_stub_repos, serve_directory
+from tests.support.background import JobContext
+from tests.support.docker_engine import ensure_engine
 
 # Scenarios run one after the other by default: on a 2-core CI machine running
 # them side by side (TFHOST_ANSIBLE_PARALLEL=3) saved nothing overall (356 s
@@ -51,9 +55,9 @@ def _remove_hosts(scenarios: Scenarios) -> None:
             future.result().host.remove()
 
 
-@pytest.fixture(scope="module")
-def scenarios(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
-    workdir = tmp_path_factory.mktemp("ansible")
+@contextmanager
+def running_scenarios(workdir: Path) -> Iterator[Scenarios]:
+    """The lab's servers and the three scenarios, submitted; all stopped and removed on leaving."""
     suffix = str(os.getpid())
     # The Debian 11 image is only needed last: build it while the rest starts.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="image") as builder:
@@ -77,6 +81,20 @@ def scenarios(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 for future in (running.converge, running.fresh, running.legacy):
                     future.exception()  # wait: a scenario still running holds a container
                 _remove_hosts(running)
+
+
+def run_scenarios(job: JobContext) -> Scenarios:
+    """test_site.py's background job: the three scenarios, run to their end.
+
+    The job holds the background thread until they are done (one set-up at a time
+    beside the foreground); the servers and hosts stay up in its stack until the
+    module is done.
+    """
+    ensure_engine()
+    running = job.stack.enter_context(running_scenarios(job.workdir))
+    for future in (running.converge, running.fresh, running.legacy):
+        future.exception()
+    return running
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

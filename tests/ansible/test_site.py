@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from tests.ansible.conftest import Scenarios
+from tests.ansible.conftest import Scenarios, run_scenarios
 from tests.ansible.lab import CHECK_MODE_WITNESSES, UPGRADE_TAGS, UPGRADE_VARS
 from tests.ansible.playbook import (
     ANSIBLE_DIR,
@@ -38,9 +39,21 @@ from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_repo
 from tests.fixtures.aptrepo.catalog import driver_packages
 from tests.fixtures.aptrepo.signing import generate_key
+from tests.support.background import BackgroundJobs, background_job
 from tests.support.pypi_mirror import pypi_mirror
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(3600)]
+
+# The converge, the fresh host's --check and the Debian 11 refusal (about 10 minutes on two
+# cores) run in the background from the session's start; this module's tests run after every
+# other test (`run_last`) and check what they left. tests/support/background.py.
+background_job(__file__, name="site-scenarios", run_last=True)(run_scenarios)
+
+
+@pytest.fixture(scope="module")
+def scenarios(background_jobs: BackgroundJobs) -> Iterator[Scenarios]:
+    with background_jobs.held("site-scenarios") as running:  # its hosts go with this module
+        yield running
 
 
 # --- converge and idempotence -------------------------------------------------------

@@ -35,6 +35,8 @@ from tests.fixtures.aptrepo.catalog import driver_packages, fabric_manager_packa
 from tests.fixtures.aptrepo.signing import generate_key
 from tests.hardware.hgx import give_machine, run_infra
 from tests.hardware.machines import H100_HGX
+from tests.support.background import BackgroundJobs, JobContext, background_job
+from tests.support.docker_engine import ensure_engine
 from tests.support.image_registry import Repository, image_registry, repository_from_image
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(5400)]
@@ -56,26 +58,38 @@ class HgxRun:
     base_url: str
 
 
-@pytest.fixture(scope="module")
-def hgx(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HgxRun]:
-    workdir = tmp_path_factory.mktemp("hgx")
+@background_job(__file__, name="hgx-converge", run_last=True)
+def converge_the_hgx_host(job: JobContext) -> HgxRun:
+    """The HGX stand-in's first converge and re-run (minutes): a background job.
+
+    It starts at collection and runs beside the rest of the suite (this module's tests
+    run after every other test, `run_last`); the host and the repository's server stay
+    up in the job's stack until the module is done. tests/support/background.py.
+    """
+    ensure_engine()
+    workdir = job.workdir
     repos = build_stub_repos(workdir / "repos")
-    with serve_directory(repos.root, workdir / "repo-http.log") as base_url:
-        host = start_target(target_image(), f"tfhost-hw-hgx-{os.getpid()}")
-        try:
-            devices = give_machine(host, H100_HGX, workdir)
-            variables = {**repos.ansible_vars(base_url), **CONTAINER_VARS,
-                         "nvidia_driver_pci_devices_path": devices}
-            vars_file = workdir / "hgx-vars.yml"
-            vars_file.write_text(yaml.safe_dump(variables))
-            inventory = write_inventory(workdir / "hgx.inventory.yml", host.name)
-            first = run_playbook(inventory, [vars_file], workdir / "hgx-1.log", "--tags", TAGS,
-                                 timeout=PLAY_TIMEOUT)
-            second = run_playbook(inventory, [vars_file], workdir / "hgx-2.log", "--tags", TAGS,
-                                  timeout=PLAY_TIMEOUT)
-            yield HgxRun(host, vars_file, first, second, repos.root, base_url)
-        finally:
-            host.remove()
+    base_url = job.stack.enter_context(serve_directory(repos.root, workdir / "repo-http.log"))
+    host = start_target(target_image(), f"tfhost-hw-hgx-{os.getpid()}")
+    job.stack.callback(host.remove)
+    job.on_cancel(host.remove)
+    devices = give_machine(host, H100_HGX, workdir)
+    variables = {**repos.ansible_vars(base_url), **CONTAINER_VARS,
+                 "nvidia_driver_pci_devices_path": devices}
+    vars_file = workdir / "hgx-vars.yml"
+    vars_file.write_text(yaml.safe_dump(variables))
+    inventory = write_inventory(workdir / "hgx.inventory.yml", host.name)
+    first = run_playbook(inventory, [vars_file], workdir / "hgx-1.log", "--tags", TAGS,
+                         timeout=PLAY_TIMEOUT)
+    second = run_playbook(inventory, [vars_file], workdir / "hgx-2.log", "--tags", TAGS,
+                          timeout=PLAY_TIMEOUT)
+    return HgxRun(host, vars_file, first, second, repos.root, base_url)
+
+
+@pytest.fixture(scope="module")
+def hgx(background_jobs: BackgroundJobs) -> Iterator[HgxRun]:
+    with background_jobs.held("hgx-converge") as run:  # the host goes with this module
+        yield run
 
 
 def _said(run: PlaybookRun, text: str) -> bool:
