@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from tests.style.conftest import WeightsFile
+from tests.support.messages import says
 from tests.workloads.conftest import jax_only
 from workloads.cli import main
 from workloads.envinfo import cpu_bf16_flags
@@ -157,7 +158,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("workloads style: error: ")
-    assert message.format(**names) in lines[0]
+    assert says(lines[0], message.format(**names)), lines[0]
     assert not out_dir.exists() or list(out_dir.iterdir()) == []
 
 
@@ -179,7 +180,7 @@ def test_imagenet_weights_download_once_and_offline_without_cache_fails(
     monkeypatch.setenv("WORKLOADS_VGG19_URL", closed_port_url)
     code, _, err = run_style(capsys, "--width", "32", "--output", str(tmp_path / "a.png"))
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert f"copy {weights.FILE_NAME}" in err and str(tmp_path / "cache" / "vgg19") in err
+    assert says(err, f"put {weights.FILE_NAME} in {tmp_path / 'cache' / 'vgg19'}"), err
     assert not (tmp_path / "a.png").exists()
 
     monkeypatch.setenv("WORKLOADS_VGG19_URL", f"{file_server}/{weights.FILE_NAME}")
