@@ -32,7 +32,7 @@ def test_too_wide_is_refused_with_the_largest_width_that_fits() -> None:
     with pytest.raises(WorkloadError) as info:
         memory.check_fits(3000, 4000, 4000 * 4000, budget)
     message = info.value.one_line()
-    assert "GPU 0 (test) has 4.0 GiB free" in message and "approximate" in message
+    assert "GPU 0 (test) has 4.0 GiB free" in message and "needs about" in message
     fits = int(re.search(r"--width (\d+)", message).group(1))  # type: ignore[union-attr]
     assert 0 < fits < 4000
     memory.check_fits(round(fits * 0.75), fits, fits * fits, budget)  # the suggestion fits
