@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,14 +79,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     blocking_stdio()
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked `measures` run at the very end, after the `run_last` VM modules.
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+    """Tests marked `measures` run at the very end, after the `run_last` modules.
 
     Why: they compare figures measured on this machine (the fleet test's throttled host
-    against its healthy siblings). While the suite's TCG guests run beside them, a healthy
-    stand-in can measure at half its speed; after them the machine runs nothing else.
+    against its healthy siblings). While background set-ups (converges, TCG guests) run
+    beside them, a healthy stand-in can measure at half its speed; after the `run_last`
+    modules, whose fixtures wait for those set-ups, the machine runs nothing else. A
+    wrapper, so that this order is applied after every plugin's own (the background
+    plugin moves the `run_last` modules to the end).
     """
+    yield
     items[:] = sorted(items, key=lambda item: item.get_closest_marker("measures") is not None)
 
 

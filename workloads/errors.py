@@ -86,25 +86,6 @@ def _shorten_tokens(text: str, excess: int) -> str:
     return " ".join(words)
 
 
-def _shorten_details(problem: str, excess: int) -> str:
-    """``problem`` with its last parenthesised detail cut by up to ``excess`` characters.
-
-    A problem reads "what went wrong (what the other side said)": the detail, often a
-    daemon's or a library's own text, is the part to cut, so the words that say what
-    went wrong survive a long detail. The detail keeps at least 12 characters.
-    """
-    if excess <= 0:
-        return problem
-    start, end = problem.rfind("("), problem.rfind(")")
-    if start < 0 or end < start:
-        return problem
-    detail = problem[start + 1:end]
-    keep = max(12, len(detail) - excess)
-    if keep >= len(detail):
-        return problem
-    return f"{problem[:start + 1]}{shorten(detail, keep)}{problem[end:]}"
-
-
 def one_line(problem: str, fix: str | None = None, limit: int = LINE_MAX) -> str:
     """``problem; fix`` as one printable line of at most ``limit`` characters.
 
@@ -118,9 +99,8 @@ def one_line(problem: str, fix: str | None = None, limit: int = LINE_MAX) -> str
     if excess > 0:  # the long words of both: a path in the fix goes before the problem's words
         problem, _, fix = _shorten_tokens(f"{problem} \0 {fix}", excess).partition(" \0 ")
     if not fix:
-        return shorten(_shorten_details(problem, len(problem) - limit), limit)
+        return shorten(problem, limit)
     room = limit - len(fix) - 2
-    problem = _shorten_details(problem, len(problem) - max(room, 40))
     if room >= 40 or len(problem) <= room:
         return f"{shorten(problem, max(room, 0))}; {fix}"
     problem = shorten(problem, min(len(problem), limit // 2))

@@ -168,18 +168,18 @@ def start(container: Any, spec: RunSpec) -> None:
         reason = _explanation(exc)
         if spec.gpus is not None and _NO_GPU_DRIVER.search(reason):
             raise WorkloadError(
-                f"the Docker engine has no NVIDIA Container Toolkit for GPUs ({clip(reason, 48)})",
-                "install it, run `nvidia-ctk runtime configure --runtime=docker`, or drop --gpus",
+                f"the Docker engine has no NVIDIA Container Toolkit for GPUs ({clip(reason, 30)})",
+                "install it and run `nvidia-ctk runtime configure`, or drop --gpus",
             ) from exc
         if _MEMLOCK_REFUSED.search(reason):
             limit = "unlimited" if spec.memlock_bytes < 0 else f"{spec.memlock_bytes} bytes"
             raise WorkloadError(
                 f"the Docker engine may not raise the locked-memory limit to {limit} "
-                f"({clip(reason, 40)})",
-                "give dockerd LimitMEMLOCK=infinity, or pass a lower --memlock BYTES",
+                f"({clip(reason, 30)})",
+                "give dockerd LimitMEMLOCK=infinity or pass a lower --memlock BYTES",
             ) from exc
         raise WorkloadError(
-            f"container from {spec.image} did not start ({clip(reason, 90)})",
+            f"container from {spec.image} did not start ({clip(reason, 60)})",
             "check the image's entrypoint and the engine's log",
         ) from exc
 

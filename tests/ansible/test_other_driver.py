@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,8 @@ from tests.fixtures.aptrepo.ubuntu_archive import (
     ubuntu_archive_driver,
     ubuntu_archive_modules,
 )
+from tests.support.background import BackgroundJobs, JobContext, background_job
+from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -113,10 +116,8 @@ def _place_runfile_marks(host: TargetHost) -> None:
     host.exec("ln", "-sf", "nvidia-installer", "/usr/bin/nvidia-uninstall")
 
 
-@pytest.fixture(scope="module")
-def other_driver(docker_host: str,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[OtherDriverRuns]:
-    workdir = tmp_path_factory.mktemp("other-driver")
+@contextmanager
+def _other_driver_runs(workdir: Path) -> Iterator[OtherDriverRuns]:
     repos = build_stub_repos(workdir / "repos")
     build_signed_archive(repos.root / ARCHIVE, _archive())
     with serve_directory(repos.root, workdir / "http.log") as base_url:
@@ -162,6 +163,20 @@ def other_driver(docker_host: str,
                                   audit, apt_check, second, runfile_real, before, after)
         finally:
             host.remove()
+
+
+# The host's three states and their runs (about 2 minutes on two cores) run in the background
+# from the session's start; this module's tests run after every other test (`run_last`).
+@background_job(__file__, name="other-driver", run_last=True)
+def _other_driver_job(job: JobContext) -> OtherDriverRuns:
+    ensure_engine()
+    return job.stack.enter_context(_other_driver_runs(job.workdir))
+
+
+@pytest.fixture(scope="module")
+def other_driver(background_jobs: BackgroundJobs) -> Iterator[OtherDriverRuns]:
+    with background_jobs.held("other-driver") as runs:  # the host goes with this module
+        yield runs
 
 
 def test_a_run_installer_driver_is_refused_first_in_check_mode(

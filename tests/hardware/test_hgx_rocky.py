@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,8 @@ from tests.ansible.timings import record_timing
 from tests.fixtures.rpmrepo import build_rpm_repos, serve_directory
 from tests.hardware.hgx import give_machine, run_infra
 from tests.hardware.machines import H100_HGX
+from tests.support.background import BackgroundJobs, JobContext, background_job
+from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -54,10 +57,8 @@ class HgxRockyRun:
     second: PlaybookRun
 
 
-@pytest.fixture(scope="module")
-def hgx_rocky(docker_host: str, tmp_path_factory: pytest.TempPathFactory
-              ) -> Iterator[HgxRockyRun]:
-    workdir = tmp_path_factory.mktemp("hgx-rocky")
+@contextmanager
+def _hgx_rocky_runs(workdir: Path) -> Iterator[HgxRockyRun]:
     repos = build_rpm_repos(workdir / "rpmrepos")
     image = rocky_image()
     with serve_directory(repos.root, workdir / "rpmrepo-http.log") as base_url:
@@ -76,6 +77,20 @@ def hgx_rocky(docker_host: str, tmp_path_factory: pytest.TempPathFactory
             yield HgxRockyRun(host, vars_file, first, second)
         finally:
             host.remove()
+
+
+# The converge and re-run (about 3 minutes on two cores) run in the background from the
+# session's start; this module's tests run after every other test (`run_last`).
+@background_job(__file__, name="hgx-rocky", run_last=True)
+def _hgx_rocky_job(job: JobContext) -> HgxRockyRun:
+    ensure_engine()
+    return job.stack.enter_context(_hgx_rocky_runs(job.workdir))
+
+
+@pytest.fixture(scope="module")
+def hgx_rocky(background_jobs: BackgroundJobs) -> Iterator[HgxRockyRun]:
+    with background_jobs.held("hgx-rocky") as run:  # the host goes with this module
+        yield run
 
 
 def _said(run: PlaybookRun, text: str) -> bool:

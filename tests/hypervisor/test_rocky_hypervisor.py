@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ from tests.ansible.target import TargetHost, start_target
 from tests.fixtures.rpmrepo import build_rpm_repos, serve_directory
 from tests.hypervisor.fake_sysfs import SEED_HOST, FakeFunction, build_sysfs
 from tests.hypervisor.play import Play, run_hypervisor_play
+from tests.support.background import BackgroundJobs, JobContext, background_job
+from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -110,10 +113,8 @@ def _settings(sysfs: str) -> dict[str, Any]:
             "gpu_passthrough_reboot": False, "gpu_passthrough_libvirt_users": [USER]}
 
 
-@pytest.fixture(scope="module")
-def rocky_hypervisor(docker_host: str,
-                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[RockyHypervisor]:
-    workdir = tmp_path_factory.mktemp("rocky-hypervisor")
+@contextmanager
+def _rocky_hypervisor_runs(workdir: Path) -> Iterator[RockyHypervisor]:
     repos = build_rpm_repos(workdir / "rpmrepos")
     before = build_sysfs(workdir / "sys-before", SEED_HOST)
     after = build_sysfs(workdir / "sys-after", _after_reboot(SEED_HOST))
@@ -166,6 +167,20 @@ def rocky_hypervisor(docker_host: str,
                                   second, by_hand, third, third_state)
         finally:
             host.remove()
+
+
+# The host's set-up and its four runs (about 3 minutes on two cores) run in the background
+# from the session's start; this module's tests run after every other test (`run_last`).
+@background_job(__file__, name="rocky-hypervisor", run_last=True)
+def _rocky_hypervisor_job(job: JobContext) -> RockyHypervisor:
+    ensure_engine()
+    return job.stack.enter_context(_rocky_hypervisor_runs(job.workdir))
+
+
+@pytest.fixture(scope="module")
+def rocky_hypervisor(background_jobs: BackgroundJobs) -> Iterator[RockyHypervisor]:
+    with background_jobs.held("rocky-hypervisor") as runs:  # the host goes with this module
+        yield runs
 
 
 def _recap(play: Play) -> dict[str, int]:
