@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from tests.ansible.playbook import (
     PlaybookRun,
     run_playbook,
 )
-from tests.ansible.target import PREEXISTING_DAEMON_JSON, TEST_USER
+from tests.ansible.target import PREEXISTING_DAEMON_JSON, TEST_USER, TargetHost
 from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_repo
 from tests.fixtures.aptrepo.catalog import driver_packages
@@ -249,6 +250,20 @@ def _persistence_modes(report: str) -> list[str]:
     return [" ".join(line.split()) for line in report.splitlines() if "Persistence Mode" in line]
 
 
+def _report_once(host: TargetHost, modes: list[str], timeout: float = 30.0) -> str:
+    """`nvidia-smi -q` once it shows `modes`, or at the deadline (the assertion then says).
+
+    The stub's persistence state follows its daemon a moment after systemctl returns; on a
+    loaded machine one read straight after the stop could still see the old state.
+    """
+    give_up = time.monotonic() + timeout
+    while True:
+        report = host.exec("nvidia-smi", "-q", check=False).stdout
+        if _persistence_modes(report) == modes or time.monotonic() > give_up:
+            return report
+        time.sleep(0.5)
+
+
 def test_supported_gpus_pass_and_start_the_persistence_daemon(scenarios: Scenarios) -> None:
     """The daemon runs, and every GPU reports persistence mode on (the stub starts with it off).
 
@@ -265,11 +280,11 @@ def test_supported_gpus_pass_and_start_the_persistence_daemon(scenarios: Scenari
                             check=False).stdout.strip()
         report = host.exec("nvidia-smi", "-q", check=False).stdout
         host.exec("systemctl", "stop", "nvidia-persistenced")
-        stopped = host.exec("nvidia-smi", "-q", check=False).stdout
+        stopped = _report_once(host, ["Persistence Mode : Disabled"] * 2)
         host.exec("systemctl", "start", "multi-user.target")
         booted = host.exec("systemctl", "is-active", "nvidia-persistenced",
                            check=False).stdout.strip()
-        after_boot = host.exec("nvidia-smi", "-q", check=False).stdout
+        after_boot = _report_once(host, ["Persistence Mode : Enabled"] * 2)
     finally:
         _set_stub_gpus(scenarios, [])
         host.exec("systemctl", "stop", "nvidia-persistenced")
