@@ -43,7 +43,7 @@ from tests.fixtures.aptrepo.ubuntu_archive import (
     ubuntu_archive_driver,
     ubuntu_archive_modules,
 )
-from tests.support.background import BackgroundJobs, JobContext, background_job
+from tests.support.background import set_up_in_background
 from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -165,18 +165,10 @@ def _other_driver_runs(workdir: Path) -> Iterator[OtherDriverRuns]:
             host.remove()
 
 
-# The host's three states and their runs (about 2 minutes on two cores) run in the background
-# from the session's start; this module's tests run after every other test (`run_last`).
-@background_job(__file__, name="other-driver", run_last=True)
-def _other_driver_job(job: JobContext) -> OtherDriverRuns:
-    ensure_engine()
-    return job.stack.enter_context(_other_driver_runs(job.workdir))
-
-
-@pytest.fixture(scope="module")
-def other_driver(background_jobs: BackgroundJobs) -> Iterator[OtherDriverRuns]:
-    with background_jobs.held("other-driver") as runs:  # the host goes with this module
-        yield runs
+# The slow set-up runs in the background from the session's start; this module's tests
+# run after every other test (`run_last`). tests/support/background.py.
+other_driver = pytest.fixture(scope="module", name="other_driver")(
+    set_up_in_background(__file__, "other-driver", _other_driver_runs, ensure_engine))
 
 
 def test_a_run_installer_driver_is_refused_first_in_check_mode(

@@ -36,7 +36,7 @@ from tests.ansible.timings import record_timing
 from tests.fixtures.rpmrepo import build_rpm_repos, serve_directory
 from tests.hardware.hgx import give_machine, run_infra
 from tests.hardware.machines import H100_HGX
-from tests.support.background import BackgroundJobs, JobContext, background_job
+from tests.support.background import set_up_in_background
 from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -79,18 +79,10 @@ def _hgx_rocky_runs(workdir: Path) -> Iterator[HgxRockyRun]:
             host.remove()
 
 
-# The converge and re-run (about 3 minutes on two cores) run in the background from the
-# session's start; this module's tests run after every other test (`run_last`).
-@background_job(__file__, name="hgx-rocky", run_last=True)
-def _hgx_rocky_job(job: JobContext) -> HgxRockyRun:
-    ensure_engine()
-    return job.stack.enter_context(_hgx_rocky_runs(job.workdir))
-
-
-@pytest.fixture(scope="module")
-def hgx_rocky(background_jobs: BackgroundJobs) -> Iterator[HgxRockyRun]:
-    with background_jobs.held("hgx-rocky") as run:  # the host goes with this module
-        yield run
+# The slow set-up runs in the background from the session's start; this module's tests
+# run after every other test (`run_last`). tests/support/background.py.
+hgx_rocky = pytest.fixture(scope="module", name="hgx_rocky")(
+    set_up_in_background(__file__, "hgx-rocky", _hgx_rocky_runs, ensure_engine))
 
 
 def _said(run: PlaybookRun, text: str) -> bool:

@@ -41,7 +41,7 @@ from tests.ansible.target import TargetHost, start_target
 from tests.fixtures.rpmrepo import build_rpm_repos, serve_directory
 from tests.hypervisor.fake_sysfs import SEED_HOST, FakeFunction, build_sysfs
 from tests.hypervisor.play import Play, run_hypervisor_play
-from tests.support.background import BackgroundJobs, JobContext, background_job
+from tests.support.background import set_up_in_background
 from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -169,18 +169,10 @@ def _rocky_hypervisor_runs(workdir: Path) -> Iterator[RockyHypervisor]:
             host.remove()
 
 
-# The host's set-up and its four runs (about 3 minutes on two cores) run in the background
-# from the session's start; this module's tests run after every other test (`run_last`).
-@background_job(__file__, name="rocky-hypervisor", run_last=True)
-def _rocky_hypervisor_job(job: JobContext) -> RockyHypervisor:
-    ensure_engine()
-    return job.stack.enter_context(_rocky_hypervisor_runs(job.workdir))
-
-
-@pytest.fixture(scope="module")
-def rocky_hypervisor(background_jobs: BackgroundJobs) -> Iterator[RockyHypervisor]:
-    with background_jobs.held("rocky-hypervisor") as runs:  # the host goes with this module
-        yield runs
+# The slow set-up runs in the background from the session's start; this module's tests
+# run after every other test (`run_last`). tests/support/background.py.
+rocky_hypervisor = pytest.fixture(scope="module", name="rocky_hypervisor")(
+    set_up_in_background(__file__, "rocky-hypervisor", _rocky_hypervisor_runs, ensure_engine))
 
 
 def _recap(play: Play) -> dict[str, int]:

@@ -45,10 +45,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -278,3 +278,30 @@ def background_jobs(pytestconfig: pytest.Config) -> BackgroundJobs:
     plugin = pytestconfig.pluginmanager.get_plugin("background-jobs")
     assert isinstance(plugin, BackgroundJobs)
     return plugin
+
+
+T = TypeVar("T")
+
+
+def set_up_in_background(module_file: str, name: str,
+                         set_up: Callable[[Path], AbstractContextManager[T]],
+                         before: Callable[[], object] = lambda: None,
+                         ) -> Callable[[BackgroundJobs], Iterator[T]]:
+    """Register `set_up(workdir)` as a `run_last` job of the module; return its fixture's body.
+
+    For a module whose one slow set-up is a context manager (a host, its runs): the job
+    enters it in its own stack after `before()` (e.g. `ensure_engine`), and the module
+    wraps the returned function with `pytest.fixture(scope="module", name=...)`; leaving
+    the fixture closes the stack (the host goes with the module).
+    """
+    def work(job: JobContext) -> T:
+        before()
+        return job.stack.enter_context(set_up(job.workdir))
+
+    background_job(module_file, name=name, run_last=True)(work)
+
+    def held_value(background_jobs: BackgroundJobs) -> Iterator[T]:
+        with background_jobs.held(name) as value:
+            yield value
+
+    return held_value
