@@ -165,3 +165,24 @@ def test_fabric_manager_and_nscq_are_asked_for_at_the_drivers_build_with_nvlsm_o
                    "nvlsm", "infiniband-diags"],
         "RedHat": ["nvidia-fabricmanager-580.126.16", "libnvidia-nscq-580.126.16", "nvlsm",
                    "infiniband-diags"]}
+
+
+def test_the_ib_umad_module_comes_from_the_distributions_module_package(tmp_path: Path) -> None:
+    """NVLink 5's ib_umad, where the running kernel lacks it (modinfo): Ubuntu ships it in
+    linux-modules-extra-<kernel release>, which a server install does not always have;
+    RHEL in kernel-modules-core, Debian in the image's own package."""
+    found = {}
+    for distribution, family in (("Ubuntu", "Debian"), ("Debian", "Debian"), ("Rocky", "RedHat")):
+        out = tmp_path / f"ib-umad-{distribution}.txt"
+        run = _play(tmp_path, [{
+            "name": "Write the package",
+            "ansible.builtin.copy": {"content": "{{ __nvidia_driver_ib_umad_package }}",
+                                     "dest": str(out), "mode": "0644"},
+            "vars": {"ansible_facts": {"distribution": distribution, "os_family": family,
+                                       "kernel": "6.8.0-51-generic"}},
+        }])
+        assert run.returncode == 0, run.explain()
+        found[distribution] = out.read_text()
+    assert found == {"Ubuntu": "linux-modules-extra-6.8.0-51-generic",
+                     "Debian": "linux-image-6.8.0-51-generic",
+                     "Rocky": "kernel-modules-core-6.8.0-51-generic"}
