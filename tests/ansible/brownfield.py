@@ -13,12 +13,17 @@ real host:
   dnf NVIDIA's `cuda-rhel9.repo`, Docker's `docker-ce.repo`, NVIDIA's
   `nvidia-container-toolkit.repo`, and EPEL as `epel-release` configures it
   with CRB enabled (NVIDIA's EL9 guide needs it for dkms);
-* a driver of the older stub branch (570; the play is then asked for 575),
-  installed and locked the vendors' way: apt - `apt-get install` the branch's
-  compute-only packages, then `apt-mark hold` on every NVIDIA package; dnf -
-  `dnf module install nvidia-driver:570-open` (the stream's default profile,
-  the desktop driver) and `dnf versionlock add '*nvidia*570*'` (NVIDIA driver
-  installation guide, "Version locking", DNF 4);
+* a driver of branch 580 (the play is then asked for 590), installed and
+  locked the vendors' way: apt - `apt-get install` the branch's compute-only
+  packages (named by branch, as up to 580), then `apt-mark hold` on every NVIDIA
+  package; dnf - NVIDIA's driver installation guide for RHEL 9 (`dnf module
+  enable nvidia-driver:580-open`, `dnf install nvidia-open`: the full driver,
+  desktop packages included) and its "Version locking" for DNF 4 (`dnf
+  versionlock add '*nvidia*580*'`, which locks nvidia-settings, xorg-x11-nvidia,
+  libnvidia-cfg, ... beside the compute packages);
+* apt: the distribution's Docker (Debian's docker.io and docker-doc, real
+  packages), which Docker's guide removes before Docker CE ("Uninstall old
+  versions");
 * /etc/docker/daemon.json with a setting of the site's own (USER_DAEMON_SETTING,
   beside target.py's PREEXISTING_DAEMON_JSON).
 
@@ -42,8 +47,9 @@ from tests.fixtures.aptrepo import CUDA_KEY_NAME, StubRepos
 from tests.fixtures.rpmrepo import CUDA_KEY_NAME as CUDA_RPM_KEY_NAME
 from tests.fixtures.rpmrepo import EPEL_DIR, EPEL_KEY, RpmRepos
 
-# The branch the guides installed, and the one the play is then asked for.
-OLD_BRANCH, NEW_BRANCH = "570", "575"
+# The branch the guides installed, and the one the play is then asked for: 580 names the
+# Ubuntu packages by branch, 590 does not and brings NVIDIA's pinning package.
+OLD_BRANCH, NEW_BRANCH = "580", "590"
 # A site's own daemon setting (dockerd accepts it in a container): raised open-file limits.
 USER_DAEMON_SETTING = {"default-ulimits": {"nofile": {"Name": "nofile", "Hard": 65536,
                                                       "Soft": 65536}}}
@@ -51,6 +57,8 @@ USER_DAEMON_SETTING = {"default-ulimits": {"nofile": {"Name": "nofile", "Hard": 
 UBUNTU_OLD_DRIVER = [f"nvidia-headless-{OLD_BRANCH}-open", f"nvidia-utils-{OLD_BRANCH}"]
 # Docker's Ubuntu suites (the stub Docker CE repository is built for these).
 DOCKER_SUITES = {"22.04": "jammy", "24.04": "noble"}
+# The distribution's Docker the host had (Debian's real packages, from its mirror).
+OLD_DOCKER = ["docker.io", "docker-doc"]
 # What an NVIDIA package is called, on either package manager.
 NVIDIA_PACKAGES = ("nvidia-*", "libnvidia-*", "kmod-nvidia-*")
 
@@ -107,7 +115,7 @@ def prepare_apt(host: TargetHost, platform: Platform, repos: StubRepos, base_url
         write_vendor_file(host, entry, key)
     host.exec("apt-get", "update", "-qq")
     host.exec("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
-              *UBUNTU_OLD_DRIVER)
+              *UBUNTU_OLD_DRIVER, *OLD_DOCKER)
     locked = installed_nvidia_debs(host)
     host.exec("apt-mark", "hold", *locked)
     write_user_daemon_json(host)
@@ -153,7 +161,8 @@ def prepare_dnf(host: TargetHost, repos: RpmRepos, base_url: str) -> Seeded:
     for entry in entries:
         write_vendor_file(host, entry, b"")
     host.exec("dnf", "-q", "-y", "install", "python3-dnf-plugin-versionlock")
-    host.exec("dnf", "-q", "-y", "module", "install", f"nvidia-driver:{OLD_BRANCH}-open")
+    host.exec("dnf", "-q", "-y", "module", "enable", f"nvidia-driver:{OLD_BRANCH}-open")
+    host.exec("dnf", "-q", "-y", "install", "nvidia-open")
     host.exec("dnf", "-q", "versionlock", "add", f"*nvidia*{OLD_BRANCH}*")
     locked = host.exec("dnf", "-q", "versionlock", "list").stdout.split()
     write_user_daemon_json(host)
@@ -164,12 +173,11 @@ def brownfield_vars(platform: Platform, base_url: str, docker_fingerprint: str) 
     """What the site's inventory sets on top of CI's for a brownfield host of `platform`."""
     variables: dict[str, Any] = {"nvidia_driver_branch": NEW_BRANCH}
     if platform.pkg_mgr == "apt":
-        # The site keeps Docker's repository: Docker CE's plugins from its stub, the engine
-        # Debian's docker.io (the stub holds no engine; tests/fixtures/aptrepo/dockerce.py).
+        # The site keeps Docker's repository: Docker CE from its stub, with the role's
+        # default packages (tests/fixtures/aptrepo/dockerce.py).
         variables |= {"docker_source": "docker-ce",
                       "docker_ce_repo_base_url": f"{base_url}/linux",
-                      "docker_ce_repo_key_fingerprint": docker_fingerprint,
-                      "docker_ce_packages": ["docker.io", "docker-compose-plugin"]}
+                      "docker_ce_repo_key_fingerprint": docker_fingerprint}
     return variables
 
 

@@ -203,7 +203,7 @@ def legacy_os(lab: Lab, name: str, image_build: Future[str]) -> LegacyResult:
 # ones. Only the roles the versions belong to run: the rest of the play is covered by the
 # ordinary re-run.
 UPGRADE_VARS: dict[str, object] = {
-    "nvidia_driver_branch": "575",
+    "nvidia_driver_branch": "590",
     "cuda_toolkit_version": "12.9",
     "cudnn_version": "9.10.2.21-1",
     "nvidia_container_toolkit_version": "1.18.0-1",

@@ -48,18 +48,26 @@ RPM_CHECK_MODE_WITNESSES = [
 # Debian's packages whose files the stub Docker CE rpms wrap (what dockerd needs to run).
 DOCKER_DEBS = ["docker.io", "containerd", "runc", "tini", "libdevmapper1.02.1", "dmsetup"]
 
-# Layered on the Debian family's target image (one debootstrap for both): Debian's
-# dnf and rpm, the docker files under /opt/standin, rpm's database where Rocky keeps
-# it, the local plugin off, Rocky's key directory.
+# Debian's docker files under /opt/standin (not registered with dpkg), layered on the Debian
+# family's target image: what the stub Docker CE packages wrap, rpm (Rocky) and deb (the
+# Ubuntu brownfield host, whose Docker CE comes from Docker's stub apt repository).
+STANDIN_DOCKERFILE = f"""\
+FROM {{base}}
+RUN apt-get update -qq \\
+ && cd /tmp && apt-get download -qq {' '.join(DOCKER_DEBS)} \\
+ && mkdir -p {STANDIN_DOCKER} \\
+ && for deb in /tmp/*.deb; do dpkg-deb -x "$deb" {STANDIN_DOCKER}; done \\
+ && rm -f /tmp/*.deb && rm -rf /var/lib/apt/lists/*
+"""
+
+# Layered on that (one debootstrap for all): Debian's dnf and rpm, rpm's database where
+# Rocky keeps it, the local plugin off, Rocky's key directory.
 DOCKERFILE = f"""\
 FROM {{base}}
 RUN apt-get update -qq \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
     {' '.join(DNF_PACKAGES)} >/dev/null \\
- && cd /tmp && apt-get download -qq {' '.join(DOCKER_DEBS)} \\
- && mkdir -p {STANDIN_DOCKER} \\
- && for deb in /tmp/*.deb; do dpkg-deb -x "$deb" {STANDIN_DOCKER}; done \\
- && rm -f /tmp/*.deb && rm -rf /var/lib/apt/lists/* \\
+ && rm -rf /var/lib/apt/lists/* \\
  && mkdir -p /etc/rpm /var/lib/rpm /etc/pki/rpm-gpg /etc/yum.repos.d \\
  && printf '%%_dbpath /var/lib/rpm\\n' >/etc/rpm/macros.dbpath \\
  && rpm --initdb \\
@@ -67,10 +75,18 @@ RUN apt-get update -qq \\
 """
 
 
+def standin_docker_image() -> str:
+    """The target image with Debian's docker files under /opt/standin/docker (built once)."""
+    return _build("tfhost/standin-docker", STANDIN_DOCKERFILE.format(base=target_image()))
+
+
 def rocky_image() -> str:
     """The Rocky stand-in image (built once per recipe; the tag is the recipe's hash)."""
-    recipe = DOCKERFILE.format(base=target_image())
-    tag = f"tfhost/rocky9-standin:{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+    return _build("tfhost/rocky9-standin", DOCKERFILE.format(base=standin_docker_image()))
+
+
+def _build(name: str, recipe: str) -> str:
+    tag = f"{name}:{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
     # One build at a time: a background job and the foreground may both ask first.
     Path("/run/lock").mkdir(exist_ok=True)  # a tmpfs: the lock files go with the next boot
     with open(f"/run/lock/tfhost-{tag.replace('/', '_').replace(':', '_')}.lock", "w") as lock:

@@ -10,7 +10,12 @@ installed.
 
 Before the fix the role asked apt for `linux-headers-$(uname -r)` and nothing
 else: apt's "unable to locate package" ended the play, and a kernel installed by
-an upgrade (the one that boots next) got no module.
+an upgrade (the one that boots next) got no module. It also installs Debian's
+headers meta-package of the kernel flavour (here, without a kernel meta-package
+in the container, the architecture's: `linux-headers-amd64`, which the stand-in
+repository carries as Debian's does, depending on the newest ABI's headers), so
+that the next kernel update brings its headers too; before, only versioned
+headers were installed and a later kernel had none.
 """
 
 from __future__ import annotations
@@ -37,8 +42,13 @@ REFUSAL = ("nvidia_driver : Refuse when the running kernel's headers are gone an
 
 
 def _kernel_packages(release: str) -> list[StubPackage]:
-    """Debian's pair for one kernel ABI: the image and the headers DKMS builds against."""
+    """Debian's pair for one kernel ABI: the image and the headers DKMS builds against; and the
+    architecture's headers meta-package, which depends on that ABI's headers."""
     return [
+        StubPackage("linux-headers-amd64", "6.1.999-1", "Header files for Linux amd64 configuration"
+                    " (meta-package)", section="kernel", source="linux-signed-amd64",
+                    depends=(f"linux-headers-{release} (= 6.1.999-1)",),
+                    files={"/usr/share/doc/linux-headers-amd64/README.stub": PackageFile("m\n")}),
         StubPackage(f"linux-image-{release}", "6.1.999-1", f"Linux {release} for 64-bit PCs",
                     section="kernel", source="linux-signed-amd64",
                     files={f"/boot/config-{release}": PackageFile("# stub kernel config\n")}),
@@ -106,5 +116,7 @@ def test_headers_for_the_newest_installed_kernel_or_one_line_with_the_fix(lab: T
     assert newest.failed_task != REFUSAL, newest.explain()
     assert "index" in newest.failed_task, newest.explain()  # past the headers, as arranged
     assert f"linux-headers-{NEWER} installed" in newest_headers.splitlines()
+    # Debian's headers meta-package too: the next kernel update brings its headers.
+    assert "linux-headers-amd64 installed" in newest_headers.splitlines(), newest_headers
     assert (f"the module is built for the newest installed kernel {NEWER}"
             in " ".join(newest.output.split()))

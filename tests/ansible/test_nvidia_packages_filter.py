@@ -25,12 +25,13 @@ other_branch = FILTERS["nvidia_other_branch"]
 versioned = FILTERS["nvidia_branch_versioned"]
 
 
-def _facts(*packages: tuple[str, str], arch: str = "amd64") -> dict[str, list[dict[str, str]]]:
-    """package_facts (manager apt) for (name, version) pairs."""
+def _facts(*packages: tuple[str, str], arch: str = "amd64",
+           source: str = "apt") -> dict[str, list[dict[str, str]]]:
+    """package_facts (manager apt, or rpm) for (name, version) pairs."""
     facts: dict[str, list[dict[str, str]]] = {}
     for name, version in packages:
         facts.setdefault(name, []).append(
-            {"name": name, "version": version, "arch": arch, "source": "apt"})
+            {"name": name, "version": version, "arch": arch, "source": source})
     return facts
 
 
@@ -125,6 +126,44 @@ def test_rpm_names_and_epochless_versions() -> None:
     assert other_branch(facts, "570") == []
 
 
+# What NVIDIA's guide locks on EL9 with `dnf versionlock '*nvidia*580*'` after installing
+# the full driver (its "Version locking" section lists the same names for 575), and
+# the compute-only set beside them: every one moves with a branch switch.
+EL9_GUIDE_LOCKED = ["kmod-nvidia-open-dkms", "nvidia-kmod-common", "nvidia-driver-cuda-libs",
+                    "nvidia-open", "nvidia-xconfig", "xorg-x11-nvidia", "libnvidia-cfg",
+                    "nvidia-driver-cuda", "nvidia-driver", "libnvidia-fbc", "nvidia-libXNVCtrl",
+                    "nvidia-libXNVCtrl-devel", "libnvidia-ml", "nvidia-modprobe",
+                    "nvidia-settings", "nvidia-persistenced", "nvidia-driver-libs"]
+
+
+def test_every_package_nvidias_el9_guide_locks_belongs_to_its_branch() -> None:
+    """On rpm the desktop tool is the driver's: nvidia-settings 580.126.16 is branch 580's,
+    and a switch to 590 must release its lock and move it (an apt host's is the site's)."""
+    facts = _facts(*[(name, "580.126.16") for name in EL9_GUIDE_LOCKED],
+                   ("cuda-drivers", "580.126.16"), ("nvidia-container-toolkit", "1.18.0"),
+                   arch="x86_64", source="rpm")
+    assert other_branch(facts, "590") == sorted([*EL9_GUIDE_LOCKED, "cuda-drivers"])
+    assert versioned(facts, "580") == sorted([*EL9_GUIDE_LOCKED, "cuda-drivers"])
+    apt = _facts(("nvidia-settings", "580.126.16-1ubuntu1"))
+    assert other_branch(apt, "590") == [] and versioned(apt, "580") == []
+
+
+@given(st.integers(min_value=100, max_value=999).map(str),
+       st.sampled_from(["", ".48.01", ".126.16"]),
+       st.sampled_from(["-2ubuntu1", "-0ubuntu1", "-1", "-1.el9"]))
+def test_a_pinning_package_belongs_to_the_branch_in_its_name(
+        branch: str, build: str, revision: str) -> None:
+    """nvidia-driver-pinning-590 ("590-2ubuntu1") and nvidia-driver-pinning-590.48.01
+    ("590.48.01-0ubuntu1"): the name says the branch, whatever the version; another
+    branch's is moved off (its pin would keep apt on that branch), none is held."""
+    name = f"nvidia-driver-pinning-{branch}{build}"
+    version = f"{branch}{build}{revision}"
+    assert branch_of(name, version) == branch
+    facts = _facts((name, version))
+    assert other_branch(facts, str(int(branch) % 900 + 100)) == [name]
+    assert other_branch(facts, branch) == [] and versioned(facts, branch) == []
+
+
 BRANCHES = st.integers(min_value=100, max_value=999).map(str)
 VARIANTS = st.sampled_from(["", "-open", "-server", "-server-open"])
 # Names with the branch in them, as Ubuntu's and NVIDIA's Ubuntu repositories build them
@@ -138,7 +177,9 @@ BRANCH_NAMED = ["nvidia-driver-{b}{v}", "nvidia-dkms-{b}{v}", "nvidia-headless-{
                 "libnvidia-nscq-{b}", "nvidia-imex-{b}"]
 UNNAMED = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-smi", "nvidia-persistenced",
            "libcuda1", "firmware-nvidia-gsp", "cuda-drivers", "nvidia-fabricmanager",
-           "kmod-nvidia-latest-dkms", "nvidia-modprobe", "libnvidia-ml1"]
+           "kmod-nvidia-latest-dkms", "nvidia-modprobe", "libnvidia-ml1", "xorg-x11-nvidia",
+           # NVIDIA's Ubuntu names from 590 (the guide's "Ubuntu 590 package renames").
+           "libnvidia-compute", "nvidia-dkms-open", "nvidia-dkms", "libnvidia-nscq"]
 REVISIONS = st.sampled_from(["-1", "-0ubuntu1", "-0ubuntu0.24.04.3", "-1.el9", ""])
 KERNELS = st.builds("{}.{}.0-{}-{}".format, st.integers(4, 6), st.integers(0, 19),
                     st.integers(1, 2000), st.sampled_from(["generic", "oem", "nvidia", "aws",

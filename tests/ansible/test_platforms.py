@@ -15,17 +15,19 @@ and change no file under /etc, no package, no hold), then the converge, the
 re-run and tests/infra.
 
 * Ubuntu 24.04 is converted, not added: 22.04 runs the same tasks on a fresh
-  host (fresh --check, fresh converge of branch 570, the 570 -> 575 branch
-  upgrade, which moved here from 24.04), so nothing fresh is lost, and the
-  24.04 host's first converge is itself a 570 -> 575 move of branch-named
-  packages, now from holds the site set. It also saves 24.04's second
-  (fresh) container and its --check.
+  host (fresh --check, fresh converge of branch 580, the 580 -> 590 branch
+  upgrade), so nothing fresh is lost, and the 24.04 host's first converge is
+  itself a 580 -> 590 move from NVIDIA's branch-named packages to its
+  unversioned ones and its pinning package, from holds the site set. It also
+  saves 24.04's second (fresh) container and its --check.
 * Rocky 9 brownfield is added beside the fresh Rocky host: the fresh host's
   tests need what only a fresh host shows (the compute-only set with no desktop
   package, the role's own locks moved by the 570 -> 575 upgrade and the flavour
   change, the EPEL, kernel-devel and interrupted-run cases on a second fresh
-  container), while NVIDIA's guide leaves the desktop profile and the site's
-  own locks, which those assertions cannot hold on.
+  container), while NVIDIA's guide leaves the desktop packages and the site's
+  own locks, which those assertions cannot hold on. After its converge, the
+  Rocky brownfield host is asked back to 580 with a package of the site's that
+  needs 590's build: the play stops before any change, naming that package.
 """
 
 from __future__ import annotations
@@ -67,13 +69,27 @@ from tests.ansible.playbook import (
     run_playbook,
     write_inventory,
 )
-from tests.ansible.rocky import RPM_CHECK_MODE_WITNESSES, prepare_rocky, rocky_image, rocky_vars
-from tests.ansible.target import PREEXISTING_DAEMON_JSON, TargetHost, start_target, target_image
+from tests.ansible.rocky import (
+    RPM_CHECK_MODE_WITNESSES,
+    prepare_rocky,
+    rocky_image,
+    rocky_vars,
+    standin_docker_image,
+)
+from tests.ansible.target import (
+    PREEXISTING_DAEMON_JSON,
+    TargetHost,
+    docker,
+    start_target,
+    target_image,
+)
 from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_stub_repos, serve_directory
 from tests.fixtures.aptrepo.dockerce import build_docker_ce_repo
 from tests.fixtures.aptrepo.signing import generate_key
 from tests.fixtures.rpmrepo import RpmRepos, build_rpm_repos
+from tests.fixtures.rpmrepo.catalog import DRIVER_VERSIONS as RPM_DRIVER_VERSIONS
+from tests.fixtures.rpmrepo.rpms import StubRpm, build_rpms
 from tests.support.background import BackgroundJobs, JobContext, background_job
 from tests.support.docker_engine import ensure_engine
 
@@ -231,7 +247,10 @@ def stand_in_run(stand_in: StandIn, platform_lab: PlatformLab,
     lab = platform_lab.lab
     suffix = f"{stand_in.key}-{os.getpid()}"
     rpm_based = platform.pkg_mgr == "dnf"
-    image = rocky_image() if rpm_based else lab.target_image
+    # The Ubuntu brownfield host gets Docker CE from Docker's stub repository, whose engine
+    # wraps Debian's docker files under /opt/standin (tests/fixtures/aptrepo/dockerce.py).
+    image = (rocky_image() if rpm_based
+             else standin_docker_image() if stand_in.brownfield else lab.target_image)
     vars_files = [lab.vars_file]
     if rpm_based:
         vars_files.append(lab.extra_vars_file(f"{suffix}-vars.yml", rocky_vars(
@@ -401,25 +420,54 @@ def test_the_play_used_this_os_repository(platform_run: PlatformRun) -> None:
     assert f"/compute/cuda/repos/{distro}/x86_64/ /" in source
 
 
-def test_ubuntu_driver_packages_are_the_branch_named_headless_set(
-        platform_run: PlatformRun) -> None:
-    """Ubuntu's compute-only set for the branch (570; 575 on the brownfield host), held."""
-    if platform_run.platform.distribution != "Ubuntu":
-        pytest.skip("Ubuntu names its driver packages by branch")
-    branch = NEW_BRANCH if platform_run.brownfield else "570"
-    host = platform_run.host
-    status = host.exec("dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Want}\\n",
-                       "nvidia-*").stdout
-    installed = {line.split()[0]: line.split()[1:] for line in status.splitlines()
-                 if len(line.split()) == 3}
-    for name in (f"nvidia-headless-{branch}-open", f"nvidia-dkms-{branch}-open",
-                 f"nvidia-utils-{branch}", f"nvidia-compute-utils-{branch}",
-                 f"nvidia-kernel-source-{branch}-open"):
+# NVIDIA's Ubuntu compute-only set, open modules: named by branch up to 580, not from 590
+# (the driver installation guide's "Ubuntu 590 package renames").
+UBUNTU_SET = {"580": ["nvidia-headless-580-open", "nvidia-dkms-580-open", "nvidia-utils-580",
+                      "nvidia-compute-utils-580", "nvidia-kernel-source-580-open",
+                      "libnvidia-compute-580"],
+              "590": ["libnvidia-compute", "nvidia-dkms-open", "nvidia-utils",
+                      "nvidia-compute-utils", "nvidia-kernel-source-open",
+                      "nvidia-kernel-common"]}
+
+
+def _dpkg_nvidia(host: TargetHost) -> dict[str, tuple[str, str]]:
+    """Installed NVIDIA packages: name -> (version, selection: install or hold)."""
+    status = host.exec(
+        "dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version} ${db:Status-Want}\\n",
+        "nvidia-*", "libnvidia-*").stdout
+    return {fields[1]: (fields[2], fields[3]) for fields in map(str.split, status.splitlines())
+            if len(fields) == 4 and fields[0][1:] == "i"}
+
+
+def _assert_ubuntu_branch(installed: dict[str, tuple[str, str]], branch: str,
+                          pinning: str = "") -> None:
+    """The branch's compute-only set is installed at its version and held; from 590 NVIDIA's
+    pinning package (`pinning`, default that of the branch) is there too, and nothing of the
+    other branch is left."""
+    for name in UBUNTU_SET[branch]:
         assert name in installed, f"{name} is not installed: {sorted(installed)}"
         version, want = installed[name]
         assert version.startswith(f"{branch}."), f"{name} {version}"
         assert want == "hold", f"{name} is not held ({want})"
-    assert f"nvidia-headless-{branch}" not in installed  # the proprietary flavour stayed out
+    # The proprietary flavour stayed out.
+    assert "nvidia-headless-580" not in installed and "nvidia-dkms" not in installed
+    wanted = [pinning or f"nvidia-driver-pinning-{branch}"] if branch == "590" else []
+    found = sorted(name for name in installed if name.startswith("nvidia-driver-pinning-"))
+    assert found == wanted, found
+    other = "580" if branch == "590" else "590"
+    leftovers = sorted(name for name, (version, _) in installed.items()
+                       if version.startswith(f"{other}.") or f"-{other}" in name)
+    assert leftovers == [], f"packages of branch {other} are installed"
+
+
+def test_ubuntu_driver_packages_are_the_compute_only_set_of_the_branch(
+        platform_run: PlatformRun) -> None:
+    """Ubuntu's compute-only set for the branch (580, named by branch; 590 on the brownfield
+    host: the unversioned names and NVIDIA's pinning package), held."""
+    if platform_run.platform.distribution != "Ubuntu":
+        pytest.skip("Ubuntu's own package names")
+    branch = NEW_BRANCH if platform_run.brownfield else OLD_BRANCH
+    _assert_ubuntu_branch(_dpkg_nvidia(platform_run.host), branch)
 
 
 def test_check_mode_passes(platform_run: PlatformRun) -> None:
@@ -497,8 +545,11 @@ def test_brownfield_check_reports_each_replacement_and_the_driver_change(
     assert "Replaced " not in lines and "Replacing " not in lines, lines
     flat = " ".join(run.output.split())
     assert "Check mode: the CUDA repository is not configured on this host yet" in flat
-    # "... a real run installs nvidia-headless-575-open, ..." / "enables nvidia-driver:575-open"
-    assert f"{NEW_BRANCH}-open" in flat.split("Check mode: the CUDA repository", 1)[1][:400]
+    # "... a real run installs libnvidia-compute, nvidia-dkms-open, ..." /
+    # "enables nvidia-driver:590-open"
+    driver = flat.split("Check mode: the CUDA repository", 1)[1][:400]
+    assert ("nvidia-dkms-open" if platform_run.platform.pkg_mgr == "apt"
+            else f"{NEW_BRANCH}-open") in driver, driver
 
 
 def test_brownfield_converge_replaced_each_vendor_entry_in_one_line(
@@ -539,9 +590,19 @@ def test_brownfield_package_manager_reads_one_entry_per_repository(
         update = host.exec("apt-get", "update", check=False)
         assert update.returncode == 0, update.stderr
         assert "W:" not in update.stderr and "E:" not in update.stderr, update.stderr
-        compose = host.exec("dpkg-query", "-W", "-f", "${Version}", "docker-compose-plugin",
-                            check=False).stdout
-        assert compose.startswith("2.38.2"), "docker-compose-plugin is not Docker's"
+        versions = {name: host.exec("dpkg-query", "-W", "-f", "${db:Status-Abbrev}${Version}",
+                                    name, check=False).stdout
+                    for name in ("docker-ce", "containerd.io", "docker-compose-plugin",
+                                 "docker.io", "docker-doc", "containerd", "runc")}
+        # Docker CE from Docker's repository; the distribution's Docker removed first, as
+        # Docker's guide's "Uninstall old versions" (docker-doc conflicts with nothing:
+        # before the fix it stayed).
+        assert versions["docker-ce"].startswith("ii 5:28.3.2"), versions
+        assert versions["containerd.io"].startswith("ii 1.7.27"), versions
+        assert versions["docker-compose-plugin"].startswith("ii 2.38.2"), versions
+        gone = {name: versions[name] for name in ("docker.io", "docker-doc", "containerd", "runc")
+                if versions[name].startswith("ii")}
+        assert gone == {}, f"the distribution's Docker is still installed: {gone}"
         return
     refresh = host.exec("dnf", "-q", "makecache", "--refresh", check=False)
     assert refresh.returncode == 0, refresh.stderr
@@ -586,15 +647,73 @@ def test_brownfield_driver_moved_off_the_guides_branch(platform_run: PlatformRun
         return
     streams, listing = _enabled_streams(host)
     assert streams == [["nvidia-driver", f"{NEW_BRANCH}-open", "[e]"]], listing
-    versions = _rpm_versions(host, "nvidia-driver-cuda", "kmod-nvidia-open-dkms")
-    assert all(version.startswith(f"{NEW_BRANCH}.") for version in versions.values()), versions
+    # Every package the guide installed moved to the new branch (the desktop ones too):
+    # nothing was erased, and no lock on the old branch is left, nvidia-settings's included.
+    names = [entry.split(f"-3:{OLD_BRANCH}.")[0] for entry in brownfield.seeded.locked]
+    versions = _rpm_versions(host, *names)
+    assert {name: version for name, version in versions.items()
+            if not version.startswith(f"{NEW_BRANCH}.")} == {}, versions
+    assert "nvidia-settings" in versions and "xorg-x11-nvidia" in versions, names
     locked = host.exec("dnf", "-q", "versionlock", "list").stdout.split()
     assert f"nvidia-driver-cuda-3:{versions['nvidia-driver-cuda']}.*" in locked, locked
-    # The driver's own packages lose the guide's locks; the guide's glob also locked
-    # the desktop profile's nvidia-settings, which the play does not manage (left as is).
-    stale = [entry for entry in locked
-             if f":{OLD_BRANCH}." in entry and not entry.startswith("nvidia-settings-")]
+    stale = [entry for entry in locked if f":{OLD_BRANCH}." in entry]
     assert stale == [], f"locks on the guide's branch are left: {stale}"
+    # ... and the branch stays locked as the site had it, on the new builds.
+    assert f"nvidia-settings-3:{versions['nvidia-settings']}.*" in locked, locked
+
+
+@dataclass
+class RefusedSwitch:
+    """The Rocky brownfield host asked back to 580 with a package that needs 590's build."""
+
+    run: PlaybookRun
+    before: str
+    after: str
+
+
+SITE_AGENT = StubRpm("site-gpu-agent", "1.0", "1", "A site's agent built against NVML 590",
+                     arch="noarch", requires=(f"libnvidia-ml = 3:{RPM_DRIVER_VERSIONS[-1]}-1.el9",))
+# What a refused switch must leave as it was: every rpm, every lock, the enabled stream.
+RPM_STATE = ("rpm -qa | sort; dnf -q versionlock list | sort;"
+             " dnf -q module list --enabled nvidia-driver")
+
+
+@pytest.fixture(scope="module")
+def refused_switch(platform_run: PlatformRun, tmp_path_factory: pytest.TempPathFactory,
+                   ) -> Iterator[RefusedSwitch]:
+    if platform_run.platform.pkg_mgr != "dnf" or platform_run.brownfield is None:
+        pytest.skip("a branch switch on the Rocky host NVIDIA's guide set up")
+    host = platform_run.host
+    [built] = build_rpms([SITE_AGENT], tmp_path_factory.mktemp("site-rpm"))
+    # Not /tmp: systemd mounts a tmpfs there, over what `docker cp` writes.
+    docker("cp", str(built), f"{host.name}:/root/{built.name}")
+    host.exec("dnf", "-q", "-y", "--nogpgcheck", "install", f"/root/{built.name}")
+    try:
+        before = host.exec("sh", "-c", RPM_STATE).stdout
+        lab, key = platform_run.lab, platform_run.key
+        run = run_playbook(platform_run.inventory, [*platform_run.vars_files, lab.extra_vars_file(
+            f"{key}-back-to-580.yml", {"nvidia_driver_branch": OLD_BRANCH})],
+            lab.path(f"{key}-back-to-580.log"), "--tags", "nvidia_driver")
+        record_timing(f"{key}: switch refused (a package needs the installed branch)", run.seconds)
+        yield RefusedSwitch(run, before, host.exec("sh", "-c", RPM_STATE).stdout)
+    finally:
+        host.exec("dnf", "-q", "-y", "remove", SITE_AGENT.name, check=False)
+
+
+def test_brownfield_switch_that_would_remove_a_sites_package_is_refused_unchanged(
+        refused_switch: RefusedSwitch) -> None:
+    """dnf would remove site-gpu-agent (it needs libnvidia-ml at 590's build) to switch back to
+    580: the play reads that from dnf's preview and stops, naming it, before it releases a
+    lock or switches the stream. Before the fix the switch ran with --allowerasing and
+    removed it without a word."""
+    run = refused_switch.run
+    assert run.returncode != 0, run.explain()
+    assert run.failed_task == ("nvidia_driver : Refuse a switch that would remove packages the "
+                               "play did not name"), run.explain()
+    flat = " ".join(run.output.split())
+    assert f"nvidia-driver:{OLD_BRANCH}-open would remove site-gpu-agent," in flat, run.explain()
+    assert "dnf remove site-gpu-agent" in flat
+    assert refused_switch.after == refused_switch.before
 
 
 # --- Rocky 9: the RedHat path's defects that a first real run found (issue 14, item 5) ---
@@ -625,19 +744,19 @@ def _rpm_versions(host: TargetHost, *names: str) -> dict[str, str]:
 
 def test_rocky_driver_is_the_compute_only_set_of_its_module_stream(
         platform_run: PlatformRun) -> None:
-    """Stream 570-open enabled, then nvidia-driver-cuda + kmod-nvidia-open-dkms: no desktop."""
+    """Stream 580-open enabled, then nvidia-driver-cuda + kmod-nvidia-open-dkms: no desktop."""
     host = _rocky(platform_run)
     enabled = host.exec("dnf", "-q", "module", "list", "--enabled", "nvidia-driver").stdout
-    assert any(line.split()[:3] == ["nvidia-driver", "570-open", "[e]"]
+    assert any(line.split()[:3] == ["nvidia-driver", "580-open", "[e]"]
                for line in enabled.splitlines()), enabled
     versions = _rpm_versions(host, "nvidia-driver-cuda", "kmod-nvidia-open-dkms", "nvidia-driver",
                              "nvidia-settings", "nvidia-driver-libs", "kmod-nvidia-latest-dkms")
-    assert versions["nvidia-driver-cuda"] == versions["kmod-nvidia-open-dkms"] == "570.148.08-1.el9"
+    assert versions["nvidia-driver-cuda"] == versions["kmod-nvidia-open-dkms"] == "580.126.16-1.el9"
     desktop = [name for name in ("nvidia-driver", "nvidia-settings", "nvidia-driver-libs",
                                  "kmod-nvidia-latest-dkms") if versions[name]]
     assert not desktop, f"installed beyond the compute-only set: {desktop}"
     locked = host.exec("dnf", "-q", "versionlock", "list").stdout
-    assert "nvidia-driver-cuda-3:570.148.08-1.el9.*" in locked, locked
+    assert "nvidia-driver-cuda-3:580.126.16-1.el9.*" in locked, locked
 
 
 def test_rocky_dkms_came_from_epel_with_crb_enabled(platform_run: PlatformRun) -> None:
@@ -724,7 +843,7 @@ def test_rocky_run_interrupted_before_the_index_refresh_recovers(
     assert "cuda-rhel9-x86_64" in interrupted.output, interrupted.explain()
     assert platform_run.headers_newest is not None
     assert platform_run.headers_newest.returncode == 0, platform_run.headers_newest.explain()
-    assert platform_run.recovered_driver.startswith("nvidia-driver-cuda-570."), \
+    assert platform_run.recovered_driver.startswith("nvidia-driver-cuda-580."), \
         platform_run.recovered_driver
 
 
@@ -763,13 +882,13 @@ def rocky_upgrade(platform_run: PlatformRun) -> tuple[PlaybookRun, PlaybookRun]:
 
 def test_rocky_upgrade_switches_the_stream_and_installs_the_new_versions(
         platform_run: PlatformRun, rocky_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
-    """Stream 570-open -> 575-open with its compute-only set; CUDA 12.9, cuDNN, toolkit moved."""
+    """Stream 580-open -> 590-open with its compute-only set; CUDA 12.9, cuDNN, toolkit moved."""
     first, _ = rocky_upgrade
     assert first.returncode == 0, first.explain()
     host = platform_run.host
     streams, listing = _enabled_streams(host)
-    assert streams == [["nvidia-driver", "575-open", "[e]"]], listing
-    assert _rpm_versions(host, *ROCKY_DRIVER) == dict.fromkeys(ROCKY_DRIVER, "575.57.08-1.el9")
+    assert streams == [["nvidia-driver", "590-open", "[e]"]], listing
+    assert _rpm_versions(host, *ROCKY_DRIVER) == dict.fromkeys(ROCKY_DRIVER, "590.48.01-1.el9")
     assert _rpm_versions(host, "cuda-toolkit-12-9")["cuda-toolkit-12-9"] != ""
     assert _rpm_versions(host, *ROCKY_CUDNN) == dict.fromkeys(ROCKY_CUDNN, "9.10.2.21-1")
     assert _rpm_versions(host, *ROCKY_TOOLKIT) == dict.fromkeys(ROCKY_TOOLKIT, "1.18.0-1")
@@ -780,13 +899,13 @@ def test_rocky_upgrade_locks_the_new_versions_only(
     """The versionlock entries name the new builds; the old entries are deleted, not kept."""
     assert rocky_upgrade[0].returncode == 0, rocky_upgrade[0].explain()
     locked = platform_run.host.exec("dnf", "-q", "versionlock", "list").stdout.split()
-    assert "nvidia-driver-cuda-3:575.57.08-1.el9.*" in locked, locked
-    assert "kmod-nvidia-open-dkms-3:575.57.08-1.el9.*" in locked, locked
+    assert "nvidia-driver-cuda-3:590.48.01-1.el9.*" in locked, locked
+    assert "kmod-nvidia-open-dkms-3:590.48.01-1.el9.*" in locked, locked
     assert "cuda-toolkit-12-9-0:" in " ".join(locked), locked
     assert "libcudnn9-cuda-12-0:9.10.2.21-1.*" in locked, locked
     assert "nvidia-container-toolkit-0:1.18.0-1.*" in locked, locked
     old = [entry for entry in locked
-           if any(f":{version}" in entry for version in ("570.", "9.8.0.87-", "1.17.8-"))]
+           if any(f":{version}" in entry for version in ("580.", "9.8.0.87-", "1.17.8-"))]
     assert old == [], "locks on the old versions were kept"
 
 
@@ -800,20 +919,20 @@ def test_rocky_rerun_after_the_upgrade_changes_nothing(
 @pytest.fixture(scope="module")
 def rocky_flavour_change(platform_run: PlatformRun, rocky_upgrade: tuple[PlaybookRun, PlaybookRun],
                          ) -> tuple[PlaybookRun, PlaybookRun]:
-    """After the upgrade, branch 575 with the proprietary modules (stream 575-dkms), then again.
+    """After the upgrade, branch 590 with the proprietary modules (stream 590-dkms), then again.
 
     Before the fix the lock on kmod-nvidia-open-dkms stayed, and dnf would not erase it
     for kmod-nvidia-latest-dkms, which conflicts with it.
 
     The driver's module is first left as NVIDIA's guide leaves it: `dnf module install
-    nvidia-driver:575-open` records the stream's default profile (and brings the desktop
-    packages). switch-to then installs 575-dkms's profile, whose kmod conflicts with the
+    nvidia-driver:590-open` records the stream's default profile (and brings the desktop
+    packages). switch-to then installs 590-dkms's profile, whose kmod conflicts with the
     installed one; before the role passed --allowerasing, as NVIDIA's guide does, dnf
     refused the switch.
     """
     _rocky(platform_run)
     assert rocky_upgrade[0].returncode == 0, rocky_upgrade[0].explain()
-    platform_run.host.exec("dnf", "-y", "-q", "module", "install", "nvidia-driver:575-open")
+    platform_run.host.exec("dnf", "-y", "-q", "module", "install", "nvidia-driver:590-open")
     return _twice(platform_run, "flavour",
                   {**UPGRADE_VARS, "nvidia_driver_kernel_modules": "proprietary"},
                   "nvidia_driver", "open -> proprietary modules, same branch")
@@ -825,48 +944,41 @@ def test_rocky_flavour_change_switches_the_stream_and_the_locked_module(
     assert first.returncode == 0, first.explain()
     host = platform_run.host
     streams, listing = _enabled_streams(host)
-    assert streams == [["nvidia-driver", "575-dkms", "[e]"]], listing
+    assert streams == [["nvidia-driver", "590-dkms", "[e]"]], listing
     versions = _rpm_versions(host, "kmod-nvidia-latest-dkms", "kmod-nvidia-open-dkms")
-    assert versions == {"kmod-nvidia-latest-dkms": "575.57.08-1.el9", "kmod-nvidia-open-dkms": ""}
+    assert versions == {"kmod-nvidia-latest-dkms": "590.48.01-1.el9", "kmod-nvidia-open-dkms": ""}
     locked = host.exec("dnf", "-q", "versionlock", "list").stdout.split()
-    assert "kmod-nvidia-latest-dkms-3:575.57.08-1.el9.*" in locked, locked
+    assert "kmod-nvidia-latest-dkms-3:590.48.01-1.el9.*" in locked, locked
     assert [entry for entry in locked if entry.startswith("kmod-nvidia-open-dkms-")] == []
     assert second.returncode == 0, second.explain()
     assert second.recap["changed"] == 0, second.explain()
 
 
 # --- the branch upgrade on the converged Ubuntu 22.04 host ---------------------------
-# Ubuntu names the driver packages by branch: a new branch is new package names, and the
-# old branch's must go. (Debian 12's test, in test_site.py, covers the apt family's path
-# where one name moves from one held version to the next.)
+# Ubuntu names the driver packages by branch up to 580, not from 590: a switch between the
+# schemes is new package names, and the old branch's must go. (Debian 12's test, in
+# test_site.py, covers the apt family's path where one name moves from one held version to
+# the next.) One build is asked for (nvidia_driver_version): its own pinning package.
 
 @pytest.fixture(scope="module")
 def ubuntu_upgrade(platform_run: PlatformRun) -> tuple[PlaybookRun, PlaybookRun]:
     if platform_run.key != "ubuntu2204":
         pytest.skip("the Ubuntu branch upgrade runs on 22.04 (the 24.04 brownfield host's first"
-                    " converge moves the guide's 570 to 575)")
-    return _twice(platform_run, "upgrade", {"nvidia_driver_branch": "575"}, "nvidia_driver",
-                  "driver branch 570 -> 575")
+                    " converge moves the guide's 580 to 590)")
+    return _twice(platform_run, "upgrade",
+                  {"nvidia_driver_branch": "590", "nvidia_driver_version": "590.48.01"},
+                  "nvidia_driver", "driver branch 580 -> 590 (branch-named -> unversioned)")
 
 
-def test_ubuntu_upgrade_replaces_the_branch_named_packages(
+def test_ubuntu_upgrade_replaces_the_branch_named_packages_with_the_unversioned_ones(
         platform_run: PlatformRun, ubuntu_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
     first, second = ubuntu_upgrade
     assert first.returncode == 0, first.explain()
-    status = platform_run.host.exec(
-        "dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version} ${db:Status-Want}\\n",
-        "nvidia-*", "libnvidia-*").stdout
-    installed = {fields[1]: (fields[2], fields[3]) for fields in map(str.split, status.splitlines())
-                 if len(fields) == 4 and fields[0][1:] == "i"}
-    for name in ("nvidia-headless-575-open", "nvidia-dkms-575-open", "nvidia-utils-575",
-                 "nvidia-compute-utils-575", "nvidia-kernel-source-575-open"):
-        assert name in installed, f"{name} is not installed: {sorted(installed)}"
-        version, want = installed[name]
-        assert version.startswith("575."), f"{name} {version}"
-        assert want == "hold", f"{name} is not held ({want})"
-    leftovers = sorted(name for name, (version, _) in installed.items()
-                       if version.startswith("570."))
-    assert leftovers == [], "packages of the old branch are still installed"
+    installed = _dpkg_nvidia(platform_run.host)
+    # The build asked for: its version pinning package, not the branch's.
+    _assert_ubuntu_branch(installed, "590", pinning="nvidia-driver-pinning-590.48.01")
+    pin = platform_run.host.read("/etc/apt/preferences.d/nvidia-driver-pin")
+    assert "Pin: version 590.48.01-*" in pin, pin
     assert second.returncode == 0, second.explain()
     assert second.recap["changed"] == 0, second.explain()
 

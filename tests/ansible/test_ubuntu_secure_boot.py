@@ -11,7 +11,7 @@ carry the kernel's version, as linux-restricted-modules' do.
 
 Before the fix the role took the flavour from the kernel release's suffix
 (`generic` on a real HWE host: the GA kernel's modules) and pinned every
-package to the driver's version (`=570.*`), which no linux-modules package has.
+package to the driver's version (`=580.*`), which no linux-modules package has.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def _archive() -> list[StubPackage]:
                     section="kernel", source="linux-meta", depends=(f"linux-image-{GA_KERNEL}",),
                     files={"/usr/share/doc/linux-image-generic/README.stub":
                            PackageFile("stub\n")}),
-        *ubuntu_signed_module_packages("570", RUNNING, kernel_version=running_version,
+        *ubuntu_signed_module_packages("580", RUNNING, kernel_version=running_version,
                                        metas=("generic-hwe-24.04",)),
-        *ubuntu_signed_module_packages("570", GA_KERNEL, kernel_version="6.8.0-51.52+1",
+        *ubuntu_signed_module_packages("580", GA_KERNEL, kernel_version="6.8.0-51.52+1",
                                        metas=("generic",)),
     ]
     return list({(package.name, package.version): package for package in packages}.values())
@@ -118,11 +118,11 @@ def test_the_hwe_flavour_modules_and_the_kernels_own_are_installed(
     run = secure_boot.first
     assert run.returncode == 0, run.explain()
     installed = secure_boot.installed
-    for name in ("linux-modules-nvidia-570-server-open-generic-hwe-24.04",
-                 f"linux-modules-nvidia-570-server-open-{RUNNING}",
-                 f"linux-objects-nvidia-570-server-open-{RUNNING}",
-                 "nvidia-headless-no-dkms-570-server-open", "nvidia-utils-570-server",
-                 "nvidia-compute-utils-570-server"):
+    for name in ("linux-modules-nvidia-580-server-open-generic-hwe-24.04",
+                 f"linux-modules-nvidia-580-server-open-{RUNNING}",
+                 f"linux-objects-nvidia-580-server-open-{RUNNING}",
+                 "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server",
+                 "nvidia-compute-utils-580-server"):
         assert name in installed, f"{name} missing: {sorted(installed)}"
     said = " ".join(run.output.split())
     # (The YAML callback doubles the apostrophe of "Canonical's": match after it.)
@@ -140,8 +140,8 @@ def test_no_ga_kernel_modules_no_dkms_no_headers(secure_boot: SecureBootRun) -> 
 def test_the_driver_userspace_is_held_and_the_kernel_versioned_modules_are_not(
         secure_boot: SecureBootRun) -> None:
     installed = secure_boot.installed
-    assert installed["nvidia-utils-570-server"].split() == ["570.172.08-0ubuntu0.24.04.1", "hold"]
-    module = installed["linux-modules-nvidia-570-server-open-generic-hwe-24.04"].split()
+    assert installed["nvidia-utils-580-server"].split() == ["580.159.03-0ubuntu0.24.04.1", "hold"]
+    module = installed["linux-modules-nvidia-580-server-open-generic-hwe-24.04"].split()
     assert module == ["6.18.44.100+1", "install"], module  # follows the kernel meta's upgrades
 
 

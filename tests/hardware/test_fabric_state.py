@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.ansible.playbook import PlaybookRun, run_local_play
 from tests.fixtures.aptrepo.catalog import STUBS
 from tests.hardware.machines import A100_HGX, H100_HGX, Machine
@@ -31,7 +33,8 @@ def _play(tmp_path: Path, tasks: list[dict[str, object]],
 
 
 def _fabric_check(tmp_path: Path, machine: Machine, *, fabric_done: bool,
-                  fabric_manager: str) -> PlaybookRun:
+                  fabric_manager: str, timeout: int = 5,
+                  log: str | None = None) -> PlaybookRun:
     root = tmp_path / "root"
     (root / "var/lib/nvidia-stub").mkdir(parents=True)
     (root / "var/lib/nvidia-stub/gpus").write_text(machine.smi_gpus())
@@ -49,10 +52,14 @@ def _fabric_check(tmp_path: Path, machine: Machine, *, fabric_done: bool,
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     smi_lines = machine.smi_gpus().splitlines()
+    log_file = tmp_path / "fabricmanager.log"
+    if log is not None:
+        log_file.write_text(log)
     return _play(tmp_path, [{
         "name": "Check the fabric",
         "ansible.builtin.include_role": {"name": "nvidia_driver", "tasks_from": "fabric-state"},
-        "vars": {"nvidia_driver_fabric_timeout": 5,
+        "vars": {"nvidia_driver_fabric_timeout": timeout,
+                 "__nvidia_driver_fabricmanager_log": str(log_file),
                  "__nvidia_driver_smi": {"stdout_lines": smi_lines}},
     }], {"PATH": f"{bin_dir}:/usr/bin:/bin", "NVIDIA_STUB_ROOT": str(root)})
 
@@ -68,6 +75,30 @@ def test_hgx_a100_fails_when_fabric_manager_is_not_running(tmp_path: Path) -> No
     run = _fabric_check(tmp_path, A100_HGX, fabric_done=False, fabric_manager="failed")
     assert run.returncode != 0
     assert "Fabric Manager is failed" in " ".join(run.output.split())
+
+
+# Fabric Manager's own log as the real daemon writes it when its configuration is bad
+# (tests/fixtures/aptrepo/stubs/nv-fabricmanager writes the same lines).
+FAILED_LOG = """\
+[Nov 02 2026 10:14:03] [INFO] [tid 1201] Fabric Manager version 580.126.16 is running
+[Nov 02 2026 10:14:03] [ERROR] [tid 1201] invalid FABRIC_MODE value 9 in config file \
+/usr/share/nvidia/nvswitch/fabricmanager.cfg
+"""
+
+
+@pytest.mark.timeout(240)  # the whole wait (300 s) would hit this: the play must not wait
+def test_a_fabric_manager_that_is_not_running_fails_at_once_with_its_log(tmp_path: Path) -> None:
+    """H100s still "In Progress" and the daemon failed: the play fails in the first round,
+    naming the daemon's state and the last lines of its log, not after 300 s of waiting."""
+    run = _fabric_check(tmp_path, H100_HGX, fabric_done=False, fabric_manager="failed",
+                        timeout=300, log=FAILED_LOG)
+    assert run.returncode != 0
+    assert run.failed_task.endswith("Fail when Fabric Manager is not running, with the last lines"
+                                    " of its log"), run.explain()
+    flat = " ".join(run.output.split())
+    assert "Fabric Manager is failed on localhost" in flat
+    assert "invalid FABRIC_MODE value 9 in config file" in flat
+    assert "In Progress/N/A" in flat
 
 
 def test_hgx_h100_passes_once_the_fabric_is_completed(tmp_path: Path) -> None:
@@ -104,20 +135,54 @@ def test_fabric_manager_is_named_by_branch_before_580_and_plainly_from_580(
                                           "RedHat": ["nvidia-fabricmanager"]}
 
 
-def test_fabric_manager_is_asked_for_at_the_drivers_build_with_nvlsm_on_nvlink5(
-        tmp_path: Path) -> None:
-    """The specs the role installs, per OS family, as NVIDIA's driver containers write them
-    (install.sh: nvidia-fabricmanager-570=570.148.08-1, `nvlsm infiniband-diags` on NVLink 5;
-    the dnf containers: nvidia-fabric-manager-570.148.08)."""
-    out = tmp_path / "specs.json"
+def _specs(tmp_path: Path, branch: str, version: str) -> dict[str, list[str]]:
+    out = tmp_path / f"specs-{branch}.json"
     run = _play(tmp_path, [{
         "name": "Write the specs",
         "ansible.builtin.copy": {"content": "{{ __nvidia_driver_fabric_specs | to_json }}",
                                  "dest": str(out), "mode": "0644"},
-        "vars": {"nvidia_driver_branch": "570", "__nvidia_driver_version": ["570.148.08"],
+        "vars": {"nvidia_driver_branch": branch, "__nvidia_driver_version": [version],
                  "__nvidia_driver_nvlink5": True},
     }])
     assert run.returncode == 0, run.explain()
-    assert json.loads(out.read_text()) == {
-        "Debian": ["nvidia-fabricmanager-570=570.148.08-*", "nvlsm", "infiniband-diags"],
-        "RedHat": ["nvidia-fabric-manager-570.148.08", "nvlsm", "infiniband-diags"]}
+    result: dict[str, list[str]] = json.loads(out.read_text())
+    return result
+
+
+def test_fabric_manager_and_nscq_are_asked_for_at_the_drivers_build_with_nvlsm_on_nvlink5(
+        tmp_path: Path) -> None:
+    """The specs the role installs, per OS family, as NVIDIA's driver containers write them
+    (install.sh: nvidia-fabricmanager-570=570.148.08-1 libnvidia-nscq-570=570.148.08-1,
+    `nvlsm infiniband-diags` on NVLink 5; the dnf containers: nvidia-fabric-manager-570.148.08
+    libnvidia-nscq-570-570.148.08). NSCQ is named like Fabric Manager: by branch before 580."""
+    assert _specs(tmp_path, "570", "570.148.08") == {
+        "Debian": ["nvidia-fabricmanager-570=570.148.08-*", "libnvidia-nscq-570=570.148.08-*",
+                   "nvlsm", "infiniband-diags"],
+        "RedHat": ["nvidia-fabric-manager-570.148.08", "libnvidia-nscq-570-570.148.08", "nvlsm",
+                   "infiniband-diags"]}
+    assert _specs(tmp_path, "580", "580.126.16") == {
+        "Debian": ["nvidia-fabricmanager=580.126.16-*", "libnvidia-nscq=580.126.16-*",
+                   "nvlsm", "infiniband-diags"],
+        "RedHat": ["nvidia-fabricmanager-580.126.16", "libnvidia-nscq-580.126.16", "nvlsm",
+                   "infiniband-diags"]}
+
+
+def test_the_ib_umad_module_comes_from_the_distributions_module_package(tmp_path: Path) -> None:
+    """NVLink 5's ib_umad, where the running kernel lacks it (modinfo): Ubuntu ships it in
+    linux-modules-extra-<kernel release>, which a server install does not always have;
+    RHEL in kernel-modules-core, Debian in the image's own package."""
+    found = {}
+    for distribution, family in (("Ubuntu", "Debian"), ("Debian", "Debian"), ("Rocky", "RedHat")):
+        out = tmp_path / f"ib-umad-{distribution}.txt"
+        run = _play(tmp_path, [{
+            "name": "Write the package",
+            "ansible.builtin.copy": {"content": "{{ __nvidia_driver_ib_umad_package }}",
+                                     "dest": str(out), "mode": "0644"},
+            "vars": {"ansible_facts": {"distribution": distribution, "os_family": family,
+                                       "kernel": "6.8.0-51-generic"}},
+        }])
+        assert run.returncode == 0, run.explain()
+        found[distribution] = out.read_text()
+    assert found == {"Ubuntu": "linux-modules-extra-6.8.0-51-generic",
+                     "Debian": "linux-image-6.8.0-51-generic",
+                     "Rocky": "kernel-modules-core-6.8.0-51-generic"}

@@ -22,7 +22,7 @@ def test_an_hgx_b200_gets_open_modules_fabric_manager_and_nvlsm(tmp_path: Path) 
         "nvidia_driver_pci_devices_path": str(B200_HGX.build(tmp_path / "sysfs"))})
     assert run.returncode == 0, run.explain()
     assert _said(run.output, "8 NVIDIA GPU(s) Blackwell (datacenter), 2 NVSwitch(es): open kernel "
-                             "modules (nvidia_driver_kernel_modules: auto), branch 570, Fabric "
+                             "modules (nvidia_driver_kernel_modules: auto), branch 580, Fabric "
                              "Manager and NVLSM (NVLink 5).")
 
 

@@ -9,6 +9,12 @@ from the signed stub repository, dpkg holds, systemd starting the daemon.
 Only the hardware-dependent parts run (--tags nvidia_driver,dcgm and
 gpu_validate's DCGM diagnostic): the rest of site.yml does not depend on the
 hardware and is converged by tests/ansible.
+
+The host had DCGM 3 before (datacenter-gpu-manager, as NVIDIA's repository built it):
+the converge migrates it to DCGM 4 the way NVIDIA's DCGM guide does. Fabric Manager
+comes with NSCQ, the library DCGM reads the NVSwitches through, both at the driver's
+build and held with it; a Fabric Manager that cannot start fails the play at once
+with the last lines of its log.
 """
 
 from __future__ import annotations
@@ -31,7 +37,12 @@ from tests.ansible.playbook import PlaybookRun, run_playbook, write_inventory
 from tests.ansible.target import TargetHost, docker, start_target, target_image
 from tests.ansible.timings import record_timing
 from tests.fixtures.aptrepo import build_repo, build_stub_repos, serve_directory
-from tests.fixtures.aptrepo.catalog import driver_packages, fabric_manager_packages
+from tests.fixtures.aptrepo.catalog import (
+    dcgm3_packages,
+    driver_packages,
+    fabric_manager_packages,
+)
+from tests.fixtures.aptrepo.debs import build_deb
 from tests.fixtures.aptrepo.signing import generate_key
 from tests.hardware.hgx import give_machine, run_infra
 from tests.hardware.machines import H100_HGX
@@ -74,6 +85,14 @@ def converge_the_hgx_host(job: JobContext) -> HgxRun:
     job.stack.callback(host.remove)
     job.on_cancel(host.remove)
     devices = give_machine(host, H100_HGX, workdir)
+    # DCGM 3 as the host had it before (installed from NVIDIA's repository, running).
+    for package in dcgm3_packages():
+        deb = build_deb(package, workdir)
+        # Not /tmp: systemd mounts a tmpfs there, over what `docker cp` writes.
+        docker("cp", str(deb), f"{host.name}:/root/{deb.name}")
+        host.exec("dpkg", "-i", f"/root/{deb.name}")
+    host.exec("systemctl", "daemon-reload")
+    host.exec("systemctl", "enable", "--now", "nvidia-dcgm")
     variables = {**repos.ansible_vars(base_url), **CONTAINER_VARS,
                  "nvidia_driver_pci_devices_path": devices}
     vars_file = workdir / "hgx-vars.yml"
@@ -106,29 +125,52 @@ def test_hgx_converges_with_open_modules_and_fabric_manager(hgx: HgxRun) -> None
     record_timing("HGX H100 stand-in: driver + DCGM converge", hgx.first.seconds)
     assert hgx.first.returncode == 0, hgx.first.explain()
     assert _said(hgx.first, "8 NVIDIA GPU(s) Hopper, 4 NVSwitch(es): open kernel modules "
-                            "(nvidia_driver_kernel_modules: auto), branch 570, Fabric Manager.")
+                            "(nvidia_driver_kernel_modules: auto), branch 580, Fabric Manager.")
     assert _said(hgx.first, "NVLink fabric initialised on 8 GPU(s): State Completed, "
                             "Status Success")
-    assert _installed(hgx.host, "nvidia-fabricmanager-570", "nvidia-kernel-open-dkms") == [
-        "nvidia-fabricmanager-570 570.148.08-1", "nvidia-kernel-open-dkms 570.148.08-1"]
+    assert _installed(hgx.host, "nvidia-fabricmanager", "nvidia-kernel-open-dkms") == [
+        "nvidia-fabricmanager 580.126.16-1", "nvidia-kernel-open-dkms 580.126.16-1"]
     # Not an NVLink 5 board: no subnet manager, no ib_umad.
     assert hgx.host.exec("dpkg", "-s", "nvlsm", check=False).returncode != 0
     assert hgx.host.exec("test", "-e", "/etc/modules-load.d/nvidia-fabricmanager.conf",
                          check=False).returncode != 0
 
 
+def test_nscq_is_the_drivers_build_and_held_with_fabric_manager(hgx: HgxRun) -> None:
+    """DCGM's guide requires NSCQ on NVSwitch systems (without it DCGM's NVSwitch fields and
+    health checks are empty); it is the driver's build, like Fabric Manager. Before the fix
+    the role installed none."""
+    assert hgx.first.returncode == 0, "converge failed; see the first test"
+    assert _installed(hgx.host, "libnvidia-nscq") == ["libnvidia-nscq 580.126.16-1"]
+    held = set(hgx.host.exec("apt-mark", "showhold").stdout.split())
+    assert {"libnvidia-nscq", "nvidia-fabricmanager"} <= held, held
+    pin = hgx.host.read("/etc/apt/preferences.d/nvidia-cuda-fabricmanager.pref")
+    assert "Package: libnvidia-nscq\nPin: version 580.126.16-*" in pin, pin
+
+
+def test_dcgm_3_was_migrated_to_dcgm_4(hgx: HgxRun) -> None:
+    """NVIDIA's DCGM guide: purge datacenter-gpu-manager (and -config) before DCGM 4. Before the
+    fix DCGM 4's install failed on the files DCGM 3 owns (dcgmi, nv-hostengine, the unit)."""
+    assert hgx.first.returncode == 0, hgx.first.explain()
+    for name in ("datacenter-gpu-manager", "datacenter-gpu-manager-config"):
+        assert hgx.host.exec("dpkg", "-s", name, check=False).returncode != 0, f"{name} is left"
+    assert "version: 4.2.3" in hgx.host.exec("dcgmi", "--version").stdout
+    assert hgx.host.exec("systemctl", "is-active", "nvidia-dcgm").stdout.strip() == "active"
+
+
 def test_hgx_gets_dcgm_and_its_diagnostic_passes(hgx: HgxRun) -> None:
     assert hgx.first.returncode == 0, "converge failed; see the first test"
-    assert _installed(hgx.host, "datacenter-gpu-manager-4-cuda12") == [
-        "datacenter-gpu-manager-4-cuda12 1:4.2.3-1"]
+    # Branch 580's nvidia-smi reports CUDA 13.0: DCGM for CUDA 13.
+    assert _installed(hgx.host, "datacenter-gpu-manager-4-cuda13") == [
+        "datacenter-gpu-manager-4-cuda13 1:4.2.3-1"]
     # Its Recommends too (the profiling module), as NVIDIA installs it, although this host's
     # apt is set not to (APT::Install-Recommends "false", tests/ansible/target.py).
     assert hgx.host.exec("apt-config", "dump", "APT::Install-Recommends").stdout.strip() \
         == 'APT::Install-Recommends "false";'
-    assert _installed(hgx.host, "datacenter-gpu-manager-4-proprietary-cuda12",
+    assert _installed(hgx.host, "datacenter-gpu-manager-4-proprietary-cuda13",
                       "datacenter-gpu-manager-4-proprietary") == [
         "datacenter-gpu-manager-4-proprietary 1:4.2.3-1",
-        "datacenter-gpu-manager-4-proprietary-cuda12 1:4.2.3-1"]
+        "datacenter-gpu-manager-4-proprietary-cuda13 1:4.2.3-1"]
     assert hgx.host.exec("systemctl", "is-active", "nvidia-dcgm").stdout.strip() == "active"
     assert _said(hgx.first, f"DCGM diagnostic (dcgmi diag -r 1) on {hgx.host.name}: PASS")
 
@@ -407,7 +449,8 @@ def test_secure_boot_from_the_efi_variable_alone_is_refused_with_the_mok_steps(
 
 
 # --- A newer point release of the branch in the repository ------------------------------
-POINT_RELEASE = "570.999.01-1"  # a later build of the converged branch (570.148.08-1)
+POINT_RELEASE = "580.999.01-1"  # a later build of the converged branch (580.126.16-1)
+FABRIC = ["nvidia-fabricmanager", "libnvidia-nscq"]  # Fabric Manager and NSCQ, from 580
 
 
 @dataclass
@@ -418,7 +461,7 @@ class PointReleaseRuns:
     held: set[str]
     active: str
     log: str
-    repair: PlaybookRun  # Fabric Manager 570.999.01 installed and held, as the role left it before
+    repair: PlaybookRun  # Fabric Manager 580.999.01 installed and held, as the role left it before
     repaired: list[str]
     repaired_active: str
     second: PlaybookRun  # the same again
@@ -426,21 +469,22 @@ class PointReleaseRuns:
 
 @pytest.fixture(scope="module")
 def point_release(hgx: HgxRun) -> Iterator[PointReleaseRuns]:
-    """The HGX host with its driver held at 570.148.08 and no Fabric Manager yet (a host whose
-    driver was there before NVSwitch support was turned on, or a node image with the driver
-    baked in), while a repository it reads holds 570.999.01 of the driver and Fabric Manager.
+    """The HGX host with its driver held at 580.126.16 and no Fabric Manager or NSCQ yet (a
+    host whose driver was there before NVSwitch support was turned on, or a node image with
+    the driver baked in), while a repository it reads holds 580.999.01 of the driver, Fabric
+    Manager and NSCQ.
 
     Fabric Manager refuses to start when its version is not the loaded driver's (the stub
     compares with what the installed nvidia-smi reports, as the daemon does with the kernel
-    module's). Before the fix the role installed the newest build of the branch (570.999.01),
+    module's). Before the fix the role installed the newest build of the branch (580.999.01),
     which never started, and the play failed waiting for the fabric.
     """
     assert hgx.first.returncode == 0, "converge failed; see the first test"
     host = hgx.host
     # Off the host as NVIDIA's package leaves it: stopped (its prerm), then the unit gone.
     host.exec("systemctl", "stop", "nvidia-fabricmanager")
-    host.exec("apt-mark", "unhold", "nvidia-fabricmanager-570")
-    host.exec("apt-get", "purge", "-qq", "-y", "nvidia-fabricmanager-570")
+    host.exec("apt-mark", "unhold", *FABRIC)
+    host.exec("apt-get", "purge", "-qq", "-y", *FABRIC)
     host.exec("systemctl", "daemon-reload")
     # Nor the role's Fabric Manager pin: such a host never had one.
     host.exec("rm", "-f", "/etc/apt/preferences.d/nvidia-cuda-fabricmanager.pref")
@@ -463,7 +507,7 @@ def point_release(hgx: HgxRun) -> Iterator[PointReleaseRuns]:
     inventory = hgx.vars_file.with_name("hgx.inventory.yml")
     try:
         host.exec("apt-get", "update", "-qq")  # what apt-daily.timer does on a real host
-        policy = host.exec("apt-cache", "policy", "nvidia-fabricmanager-570").stdout
+        policy = host.exec("apt-cache", "policy", "nvidia-fabricmanager").stdout
         candidate = next((line.split(":", 1)[1].strip() for line in policy.splitlines()
                           if line.strip().startswith("Candidate:")), "")
         def run(name: str) -> PlaybookRun:
@@ -477,18 +521,18 @@ def point_release(hgx: HgxRun) -> Iterator[PointReleaseRuns]:
 
         first = run("1")
         installed, held, first_active = (
-            _installed(host, "nvidia-fabricmanager-570", "nvidia-kernel-open-dkms"),
+            _installed(host, *FABRIC, "nvidia-kernel-open-dkms"),
             set(host.exec("apt-mark", "showhold").stdout.split()), active())
         log = host.exec("journalctl", "-u", "nvidia-fabricmanager", "--no-pager", "-n", "5",
                         check=False).stdout
         # A host the role converged before the fix: the newest build, held, and failed.
-        host.exec("apt-mark", "unhold", "nvidia-fabricmanager-570")
+        host.exec("apt-mark", "unhold", *FABRIC)
         host.exec("apt-get", "install", "-qq", "-y", "--allow-downgrades",
-                  f"nvidia-fabricmanager-570={POINT_RELEASE}")
-        host.exec("apt-mark", "hold", "nvidia-fabricmanager-570")
+                  *(f"{name}={POINT_RELEASE}" for name in FABRIC))
+        host.exec("apt-mark", "hold", *FABRIC)
         host.exec("systemctl", "restart", "nvidia-fabricmanager", check=False)
         repair = run("repair")
-        repaired = _installed(host, "nvidia-fabricmanager-570")
+        repaired = _installed(host, *FABRIC)
         repaired_active = active()
         second = run("2")
         record_timing("HGX H100 stand-in: Fabric Manager pinned next to a newer point release",
@@ -505,19 +549,21 @@ def test_fabric_manager_gets_the_held_drivers_build_not_the_newest(
     assert point_release.candidate == POINT_RELEASE  # the repository offers the newer build
     run = point_release.first
     assert run.returncode == 0, run.explain() + point_release.log
-    assert point_release.installed == ["nvidia-fabricmanager-570 570.148.08-1",
-                                       "nvidia-kernel-open-dkms 570.148.08-1"]
-    assert {"nvidia-fabricmanager-570", "nvidia-kernel-open-dkms"} <= point_release.held
+    assert point_release.installed == ["libnvidia-nscq 580.126.16-1",
+                                       "nvidia-fabricmanager 580.126.16-1",
+                                       "nvidia-kernel-open-dkms 580.126.16-1"]
+    assert {*FABRIC, "nvidia-kernel-open-dkms"} <= point_release.held
     assert point_release.active == "active", point_release.log
     assert _said(run, "NVLink fabric initialised on 8 GPU(s): State Completed, Status Success")
 
 
 def test_a_fabric_manager_of_the_newer_build_is_moved_to_the_drivers(
         point_release: PointReleaseRuns) -> None:
-    """The state the role left before the fix (Fabric Manager 570.999.01, held, refusing to
+    """The state the role left before the fix (Fabric Manager 580.999.01, held, refusing to
     start) is repaired: moved to the driver's build through its hold, and started."""
     assert point_release.repair.returncode == 0, point_release.repair.explain()
-    assert point_release.repaired == ["nvidia-fabricmanager-570 570.148.08-1"]
+    assert point_release.repaired == ["libnvidia-nscq 580.126.16-1",
+                                      "nvidia-fabricmanager 580.126.16-1"]
     assert point_release.repaired_active == "active"
 
 
@@ -526,30 +572,73 @@ def test_the_pinned_fabric_manager_rerun_changes_nothing(point_release: PointRel
     assert point_release.second.recap["changed"] == 0, point_release.second.explain()
 
 
-# Last in the module: it moves the HGX host to branch 575, which no test above expects.
+# A Fabric Manager that cannot start (here: a configuration it rejects) fails the play in
+# the first round of the fabric wait, with the last lines of its log, not after
+# nvidia_driver_fabric_timeout (300 s: the module's timeout guards against that wait).
+@dataclass
+class BrokenFabricRun:
+    run: PlaybookRun
+    state: str
+
+
+@pytest.fixture(scope="module")
+def broken_fabric_manager(hgx: HgxRun) -> Iterator[BrokenFabricRun]:
+    assert hgx.first.returncode == 0, "converge failed; see the first test"
+    host, config = hgx.host, "/usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    original = host.read(config)
+    host.exec("sed", "-i", "s/^FABRIC_MODE=.*/FABRIC_MODE=9/", config)
+    host.exec("systemctl", "restart", "nvidia-fabricmanager", check=False)
+    inventory = hgx.vars_file.with_name("hgx.inventory.yml")
+    try:
+        run = run_playbook(inventory, [hgx.vars_file], hgx.vars_file.with_name("hgx-broken.log"),
+                           "--tags", "nvidia_driver", timeout=PLAY_TIMEOUT)
+        record_timing("HGX H100 stand-in: Fabric Manager that cannot start, refused",
+                      run.seconds)
+        state = host.exec("systemctl", "is-active", "nvidia-fabricmanager",
+                          check=False).stdout.strip()
+        yield BrokenFabricRun(run, state)
+    finally:
+        host.exec("tee", config, stdin=original)
+        host.exec("systemctl", "restart", "nvidia-fabricmanager", check=False)
+
+
+def test_a_fabric_manager_that_cannot_start_fails_the_play_with_its_log(
+        broken_fabric_manager: BrokenFabricRun) -> None:
+    run = broken_fabric_manager.run
+    assert broken_fabric_manager.state == "failed"
+    assert run.returncode != 0
+    assert run.failed_task == ("nvidia_driver : Fail when Fabric Manager is not running, with the "
+                               "last lines of its log"), run.explain()
+    assert _said(run, "Fabric Manager is failed on")
+    assert _said(run, "invalid FABRIC_MODE value 9 in config file "
+                      "/usr/share/nvidia/nvswitch/fabricmanager.cfg")
+
+
+# Last in the module: it moves the HGX host to branch 590, which no test above expects.
 @pytest.fixture(scope="module")
 def hgx_upgrade(hgx: HgxRun) -> tuple[PlaybookRun, PlaybookRun]:
-    """Branch 570 -> 575 on the converged HGX host (the driver role only), then again."""
+    """Branch 580 -> 590 on the converged HGX host (the driver role only), then again."""
     assert hgx.first.returncode == 0, "converge failed; see the first test"
     upgrade = hgx.vars_file.with_name("hgx-upgrade-vars.yml")
-    upgrade.write_text(yaml.safe_dump({"nvidia_driver_branch": "575"}))
+    upgrade.write_text(yaml.safe_dump({"nvidia_driver_branch": "590"}))
     inventory = hgx.vars_file.with_name("hgx.inventory.yml")
     runs = tuple(run_playbook(inventory, [hgx.vars_file, upgrade],
                               hgx.vars_file.with_name(f"hgx-upgrade-{n}.log"),
                               "--tags", "nvidia_driver", timeout=PLAY_TIMEOUT) for n in (1, 2))
-    record_timing("HGX H100 stand-in: branch 570 -> 575 with Fabric Manager", runs[0].seconds)
+    record_timing("HGX H100 stand-in: branch 580 -> 590 with Fabric Manager", runs[0].seconds)
     return runs[0], runs[1]
 
 
 def test_branch_upgrade_moves_fabric_manager_with_the_driver(
         hgx: HgxRun, hgx_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
-    """Issue 15.2: Fabric Manager follows the driver's branch, and the two are held together."""
+    """Issue 15.2: Fabric Manager and NSCQ follow the driver's branch, all three held together."""
     first, second = hgx_upgrade
     assert first.returncode == 0, first.explain()
-    assert _installed(hgx.host, "nvidia-fabricmanager-*", "nvidia-kernel-open-dkms") == [
-        "nvidia-fabricmanager-575 575.57.08-1", "nvidia-kernel-open-dkms 575.57.08-1"]
+    assert _installed(hgx.host, *FABRIC, "nvidia-kernel-open-dkms") == [
+        "libnvidia-nscq 590.48.01-1", "nvidia-fabricmanager 590.48.01-1",
+        "nvidia-kernel-open-dkms 590.48.01-1"]
     held = set(hgx.host.exec("apt-mark", "showhold").stdout.split())
-    assert {"nvidia-fabricmanager-575", "nvidia-kernel-open-dkms"} <= held, held
+    assert {*FABRIC, "nvidia-kernel-open-dkms"} <= held, held
     assert hgx.host.exec("systemctl", "is-active", "nvidia-fabricmanager").stdout.strip() \
         == "active"
     assert _said(first, "NVLink fabric initialised on 8 GPU(s): State Completed, Status Success")

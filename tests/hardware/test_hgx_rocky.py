@@ -44,7 +44,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
 # The compute-only set's package that carries nvidia-smi (vars/RedHat.yml): its
 # version is the driver's, which Fabric Manager must have.
 DRIVER_PACKAGE = "nvidia-driver-cuda"
-FABRIC_MANAGER = "nvidia-fabric-manager"  # the dnf name before branch 580
+# The dnf names from branch 580 (before: nvidia-fabric-manager, libnvidia-nscq-<branch>).
+FABRIC_MANAGER = "nvidia-fabricmanager"
+NSCQ = "libnvidia-nscq"
 # A limit against a hung run, not a performance bound (see test_hgx_converge.py).
 PLAY_TIMEOUT = 1200
 
@@ -102,25 +104,27 @@ def test_hgx_rocky_converges_and_the_fabric_comes_up(hgx_rocky: HgxRockyRun) -> 
                   hgx_rocky.first.seconds)
     assert hgx_rocky.first.returncode == 0, hgx_rocky.first.explain()
     assert _said(hgx_rocky.first, "8 NVIDIA GPU(s) Hopper, 4 NVSwitch(es): open kernel modules "
-                                  "(nvidia_driver_kernel_modules: auto), branch 570, "
+                                  "(nvidia_driver_kernel_modules: auto), branch 580, "
                                   "Fabric Manager.")
     assert _said(hgx_rocky.first, "NVLink fabric initialised on 8 GPU(s): State Completed, "
                                   "Status Success")
 
 
-def test_fabric_manager_rpm_is_the_drivers_build_and_locked_with_it(
+def test_fabric_manager_and_nscq_rpms_are_the_drivers_build_and_locked_with_it(
         hgx_rocky: HgxRockyRun) -> None:
-    """rpm has nvidia-fabric-manager at nvidia-driver-cuda's upstream version, dnf's
-    versionlock holds it at that build (and nothing else), and systemd runs it."""
+    """rpm has nvidia-fabricmanager and libnvidia-nscq at nvidia-driver-cuda's upstream
+    version, dnf's versionlock holds each at that build (and nothing else), and systemd runs
+    Fabric Manager."""
     assert hgx_rocky.first.returncode == 0, "converge failed; see the first test"
     host = hgx_rocky.host
     driver = host.exec("rpm", "-q", "--qf", "%{VERSION}", DRIVER_PACKAGE).stdout.strip()
-    assert driver.startswith("570."), driver
-    fabric = _rpm_version(host, FABRIC_MANAGER)
-    assert fabric.split("-")[0] == driver, f"{FABRIC_MANAGER} {fabric}, driver {driver}"
+    assert driver.startswith("580."), driver
     locked = host.exec("dnf", "-q", "versionlock", "list").stdout.split()
-    assert [entry for entry in locked if entry.startswith(f"{FABRIC_MANAGER}-")] == [
-        f"{FABRIC_MANAGER}-0:{fabric}.*"], locked
+    for name in (FABRIC_MANAGER, NSCQ):
+        built = _rpm_version(host, name)
+        assert built.split("-")[0] == driver, f"{name} {built}, driver {driver}"
+        assert [entry for entry in locked if entry.startswith(f"{name}-0:")] == [
+            f"{name}-0:{built}.*"], locked
     assert f"{DRIVER_PACKAGE}-3:{_rpm_version(host, DRIVER_PACKAGE)}.*" in locked, locked
     assert host.exec("systemctl", "is-active", "nvidia-fabricmanager",
                      check=False).stdout.strip() == "active"

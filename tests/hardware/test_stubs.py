@@ -125,16 +125,16 @@ def test_nvidia_ctk_configures_containerd_once(tmp_path: Path) -> None:
 def test_ubuntu_signed_module_stubs_carry_the_names_the_role_installs(flavour: str) -> None:
     """The Secure Boot path's package names (vars/secureboot.yml) exist in the stub catalogue."""
     names = {package.name for package in ubuntu_signed_module_packages(
-        "570", "6.8.0-51-generic", metas=("generic", "generic-hwe-24.04"))}
+        "580", "6.8.0-51-generic", metas=("generic", "generic-hwe-24.04"))}
     secureboot = yaml.safe_load((ROLES / "nvidia_driver/vars/secureboot.yml").read_text())
     variant = secureboot["__nvidia_driver_ubuntu_signed_variant"][flavour]
-    wanted = {template.replace("{{ nvidia_driver_branch }}", "570")
+    wanted = {template.replace("{{ nvidia_driver_branch }}", "580")
               for template in secureboot["__nvidia_driver_ubuntu_signed_userspace"][flavour]}
     # What the role adds: the flavour meta's module package and the kernel's own.
-    wanted |= {f"linux-modules-nvidia-570-{variant}-{name}"
+    wanted |= {f"linux-modules-nvidia-580-{variant}-{name}"
                for name in ("generic-hwe-24.04", "6.8.0-51-generic")}
     assert wanted <= names, wanted - names
-    assert "linux-objects-nvidia-570-server-open-6.8.0-51-generic" in names
+    assert "linux-objects-nvidia-580-server-open-6.8.0-51-generic" in names
 
 
 # --- nvidia-persistenced: persistence mode as each vendor's unit starts it ------------

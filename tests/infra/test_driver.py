@@ -15,15 +15,19 @@ def driver_packages(host: Any, tfvars: dict[str, Any]) -> list[str]:
     """The compute-only set the play installs for this distribution, branch and module flavour."""
     branch = str(tfvars["nvidia_driver_branch"])
     flavour = tfvars["nvidia_driver_kernel_modules"]
+    # NVIDIA's Ubuntu packages carry the branch in their names up to 580, not from 590.
+    named = "" if int(branch) >= 590 else f"-{branch}"
     if flavour == "auto":  # the role chose from the GPUs: whichever flavour is installed
         open_package = "nvidia-kernel-open-dkms"
         if host.system_info.distribution == "ubuntu":
-            open_package = f"nvidia-dkms-{branch}-open"
+            open_package = f"nvidia-dkms{named}-open"
         flavour = "open" if installed_version(host, open_package) else "proprietary"
     is_open = flavour == "open"
     if host.system_info.distribution == "ubuntu":
-        # Ubuntu names every package by branch: the name is part of the pin.
         suffix = "-open" if is_open else ""
+        if not named:  # the driver installation guide's compute-only set, with the utilities
+            return ["libnvidia-compute", f"nvidia-dkms{suffix}", "nvidia-utils",
+                    "nvidia-compute-utils"]
         return [f"nvidia-headless-{branch}{suffix}", f"nvidia-dkms-{branch}{suffix}",
                 f"nvidia-utils-{branch}", f"nvidia-compute-utils-{branch}"]
     modules = "nvidia-kernel-open-dkms" if is_open else "nvidia-kernel-dkms"
