@@ -120,7 +120,7 @@ def converge(lab: Lab, name: str) -> ConvergeResult:
     """Fresh host -> site.yml -> site.yml again."""
     host = start_target(lab.target_image, name)
     inventory = write_inventory(lab.path(f"{name}.inventory.yml"), host.name)
-    with CommandLineWatch(EXAMPLE_NGC_API_KEY) as watch:
+    with CommandLineWatch(EXAMPLE_NGC_API_KEY, scope=host.container_id()) as watch:
         first = run_playbook(inventory, [lab.vars_file], lab.path("converge-1.log"))
     second = run_playbook(inventory, [lab.vars_file], lab.path("converge-2.log"))
     return ConvergeResult(host, inventory, first, second, watch.samples, watch.leaks,

@@ -80,6 +80,10 @@ class TargetHost:
                                f"(rc {result.returncode}): {result.stderr.strip()[-2000:]}")
         return result
 
+    def container_id(self) -> str:
+        """The container's full ID, as its processes' cgroup paths carry it."""
+        return docker("inspect", "--format", "{{.Id}}", self.name).stdout.strip()
+
     def read(self, path: str) -> str:
         return self.exec("cat", path).stdout
 

@@ -42,3 +42,21 @@ def test_watch_sees_a_module_run_from_a_copied_file_and_masks_the_secret(tmp_pat
     assert watch.unpipelined, "a module run from a copied AnsiballZ file went unnoticed"
     assert all(str(module) in line and "<KEY>" in line and secret not in line
                for line in watch.unpipelined)
+
+
+def test_a_scoped_watch_counts_only_the_copied_modules_of_its_container(tmp_path: Path) -> None:
+    """Other plays of the suite copy modules too (the local connection): not the target's.
+
+    This test's process is in no container, so a scope naming a container ID leaves it out,
+    and a scope naming this process's own cgroup path keeps it in.
+    """
+    module = tmp_path / "ansible-tmp-2" / "AnsiballZ_ping.py"
+    module.parent.mkdir()
+    module.write_text("import time; time.sleep(0.5)\n")
+    own_cgroup = Path("/proc/self/cgroup").read_text().splitlines()[-1].split(":", 2)[2]
+    elsewhere = "8dd41241d4541573ef84f6376e5ba968a8ba9f4f6d8aee1b62ff051a5267d72d"
+    with CommandLineWatch("unused", scope=elsewhere) as other, \
+            CommandLineWatch("unused", scope=own_cgroup) as own:
+        subprocess.run([sys.executable, str(module)], check=True)
+    assert other.samples > 5 and other.unpipelined == []
+    assert any(str(module) in line for line in own.unpipelined)

@@ -9,7 +9,10 @@ The same samples show how Ansible ran each module: piped into `python3`'s stdin
 (pipelining, what production's SSH + sudo does) or copied to the host and run from
 a file, `python3 .../AnsiballZ_<module>.py`, which costs four more round trips
 per task (make a directory, copy, chmod, remove) and is what a `become` method
-without pipelining support (`su`) falls back to.
+without pipelining support (`su`) falls back to. Only the target's processes count for
+that (`scope`: the container's ID, which every process in it carries in /proc/PID/cgroup):
+the suite runs other plays at the same time, some of them over the local connection, which
+copies its modules (`ansible_connection=local` with the controller's python).
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ UNPIPELINED_MODULE = b"/AnsiballZ_"
 class CommandLineWatch:
     """Samples /proc/*/cmdline until stopped; remembers command lines containing the secret.
 
-    It also remembers command lines of modules run from a copied file (`unpipelined`).
+    It also remembers command lines of modules run from a copied file (`unpipelined`): of
+    every process, or with `scope` only of the processes whose cgroup path names it (a
+    container's ID). The secret counts on any process: a leak anywhere is a leak.
     """
 
-    def __init__(self, secret: str, interval: float = 0.02) -> None:
+    def __init__(self, secret: str, interval: float = 0.02, scope: str | None = None) -> None:
         self._secret = secret.encode()
+        self._scope = scope.encode() if scope is not None else None
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cmdline-watch", daemon=True)
@@ -46,10 +52,19 @@ class CommandLineWatch:
                     continue
                 if self._secret in data:
                     self.leaks.append(self._shown(data))
-                if UNPIPELINED_MODULE in data:
+                if UNPIPELINED_MODULE in data and self._in_scope(cmdline.parent):
                     self.unpipelined.append(self._shown(data))
             self.samples += 1
             self._stop.wait(self._interval)
+
+    def _in_scope(self, process: Path) -> bool:
+        """Whether the process belongs to the watched container (any process without a scope)."""
+        if self._scope is None:
+            return True
+        try:
+            return self._scope in (process / "cgroup").read_bytes()
+        except OSError:  # it ended meanwhile
+            return False
 
     def _shown(self, cmdline: bytes) -> str:
         """A command line as text, arguments space-separated, the secret masked."""

