@@ -465,6 +465,7 @@ class TensorflowRuns:
     # what it would install (pip's --dry-run report), pip's output, and the MB the mirror
     # served for that resolution.
     resolved: dict[str, str]
+    environment: dict[str, str]  # the marker values pip resolved for (python_full_version, ...)
     resolution: subprocess.CompletedProcess[str]
     resolution_mb: float
 
@@ -496,13 +497,16 @@ def tensorflow_host(scenarios: Scenarios) -> TensorflowRuns:
     others = host.exec("find", TF_VENV, "-not", "-user", TEST_USER).stdout
     megabytes = 1024 * 1024
     resolved: dict[str, str] = {}
+    environment: dict[str, str] = {}
     if resolution.returncode == 0:
+        report = json.loads(resolution.stdout)
         resolved = {str(canonicalize_name(item["metadata"]["name"])): item["metadata"]["version"]
-                    for item in json.loads(resolution.stdout)["install"]}
+                    for item in report["install"]}
+        environment = report["environment"]  # the markers' values on the host, as pip saw them
     return TensorflowRuns(requirement, first, second, imported, others,
                           round(mirror.log.downloaded_bytes / megabytes, 1),
                           round(mirror.log.cached_bytes / megabytes, 1),
-                          resolved, resolution, round(resolution_mb, 1))
+                          resolved, environment, resolution, round(resolution_mb, 1))
 
 
 def test_tensorflow_host_installs_the_pinned_tensorflow_for_its_owner(
@@ -530,8 +534,11 @@ def test_tensorflow_host_default_with_its_cuda_wheels_resolves_against_the_lock(
     print(f"tensorflow[and-cuda] resolved from {tensorflow_host.resolution_mb} MB of metadata")
     assert resolution.returncode == 0, resolution.stderr[-3000:]
     resolved = tensorflow_host.resolved
+    # The lock's pins for the host's Python (numpy has one line per Python range).
     lock = {str(canonicalize_name(requirement.name)): str(requirement.specifier).removeprefix("==")
-            for requirement in map(Requirement, _lock_constraints().splitlines())}
+            for requirement in map(Requirement, _lock_constraints().splitlines())
+            if requirement.marker is None
+            or requirement.marker.evaluate(tensorflow_host.environment)}
     version = tensorflow_host.requirement.split("==")[1]
     assert resolved.get("tensorflow") == version, resolved
     cuda = ["nvidia-cudnn-cu12", "nvidia-cublas-cu12", "nvidia-cuda-runtime-cu12"]
