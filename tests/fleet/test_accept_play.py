@@ -124,8 +124,11 @@ def _failed_below_their_group(directory: Path) -> list[str]:
 
 
 def _failing(run: PlaybookRun) -> set[str]:
-    """The hosts the play's summary line names as failing ("fail: a, b; warn: c")."""
-    found = re.search(r"\d+ fail; fail: ([^;'\n]+)", run.output)
+    """The hosts the play's summary line names as failing ("fail: a, b; warn: c").
+
+    Whitespace is joined first: the YAML callback folds a long line where it likes.
+    """
+    found = re.search(r"\d+ fail; fail: ([^;']+)", " ".join(run.output.split()))
     return {h.strip() for h in found.group(1).split(",")} if found else set()
 
 
