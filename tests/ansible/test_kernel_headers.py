@@ -23,14 +23,19 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.ansible.playbook import PlaybookRun
 from tests.ansible.trust_lab import TrustLab, trust_lab
 from tests.fixtures.aptrepo import build_repo
 from tests.fixtures.aptrepo.debs import PackageFile, StubPackage
 from tests.fixtures.aptrepo.signing import generate_key
+from tests.support.background import AFTER_RUN_LAST, BackgroundJobs, JobContext, background_job
+from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(900)]
 
@@ -58,9 +63,10 @@ def _kernel_packages(release: str) -> list[StubPackage]:
     ]
 
 
-@pytest.fixture(scope="module")
-def lab(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrustLab]:
-    with trust_lab(tmp_path_factory.mktemp("headers")) as built:
+@contextmanager
+def _lab(workdir: Path) -> Iterator[TrustLab]:
+    """The trust lab's repositories and mirror, with the kernel stand-in beside them."""
+    with trust_lab(workdir) as built:
         with tempfile.TemporaryDirectory(prefix="kernels-gpg-") as keys:
             key = generate_key(Path(keys), "kernel stand-in <kernels@example.invalid>")
             try:
@@ -72,40 +78,73 @@ def lab(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield built
 
 
-def test_headers_for_the_newest_installed_kernel_or_one_line_with_the_fix(lab: TrustLab) -> None:
-    host, inventory = lab.start(f"tfhost-headers-{SUFFIX}")
-    defaults: dict[str, object] = {"nvidia_driver_kernel_headers_packages": []}
-    # The second run stops at the CUDA repository's index (served by the switched-off
-    # mirror), right after the headers: the driver install is not what this test is about.
-    stop_after_headers = {
-        **defaults,
-        "nvidia_driver_cuda_repo_base_url": f"{lab.flaky_url}/compute/cuda/repos",
-        "nvidia_driver_cuda_repo_key_url": (
-            f"{lab.base_url}/compute/cuda/repos/debian12/x86_64/3bf863cc.pub"),
-    }
-    try:
-        running = host.exec("uname", "-r").stdout.strip()
-        host.exec("apt-get", "update", "-qq")
-        if host.exec("apt-cache", "show", f"linux-headers-{running}", check=False).returncode == 0:
-            pytest.skip(f"this machine runs {running}, whose headers Debian's mirror still has")
-        key = (lab.repos.root / KERNELS / "key.asc").read_text()
-        host.exec("sh", "-c", "mkdir -p /etc/apt/keyrings"
-                  " && cat >/etc/apt/keyrings/debian-kernels.asc", stdin=key)
-        host.exec("sh", "-c", "echo 'deb [signed-by=/etc/apt/keyrings/debian-kernels.asc] "
-                              f"{lab.base_url}/{KERNELS}/ /' >/etc/apt/sources.list.d/kernels.list")
-        host.exec("apt-get", "update", "-qq")
+@dataclass(frozen=True)
+class HeadersRuns:
+    """The running kernel's release, and each run with the headers dpkg had after it."""
 
-        gone = lab.run(inventory, "headers-gone", defaults, "--tags", "nvidia_driver")
-        gone_headers = host.exec("dpkg-query", "-W", "linux-headers-*", check=False).stdout
+    running: str
+    gone: PlaybookRun
+    gone_headers: str
+    newest: PlaybookRun
+    newest_headers: str
 
-        # What `apt-get full-upgrade` does on a real host: the newer kernel, not yet booted.
-        host.exec("apt-get", "install", "-qq", "-y", f"linux-image-{NEWER}")
-        newest = lab.run(inventory, "headers-newest", stop_after_headers, "--tags", "nvidia_driver")
-        newest_headers = host.exec("dpkg-query", "-W", "-f", "${Package} ${db:Status-Status}\\n",
-                                   "linux-headers-*", check=False).stdout
-    finally:
-        host.remove()
 
+@background_job(__file__, name="kernel-headers", run_last=AFTER_RUN_LAST)
+def _headers_runs(job: JobContext) -> HeadersRuns:
+    """Both runs on one host of its own: a background job queued behind the converges, this
+    module's test after theirs (tests/support/background.py, AFTER_RUN_LAST)."""
+    ensure_engine()
+    with _lab(job.workdir) as lab:
+        host, inventory = lab.start(f"tfhost-headers-{SUFFIX}")
+        job.on_cancel(host.remove)
+        defaults: dict[str, object] = {"nvidia_driver_kernel_headers_packages": []}
+        # The second run stops at the CUDA repository's index (served by the switched-off
+        # mirror), right after the headers: the driver install is not what this test is about.
+        stop_after_headers = {
+            **defaults,
+            "nvidia_driver_cuda_repo_base_url": f"{lab.flaky_url}/compute/cuda/repos",
+            "nvidia_driver_cuda_repo_key_url": (
+                f"{lab.base_url}/compute/cuda/repos/debian12/x86_64/3bf863cc.pub"),
+        }
+        try:
+            running = host.exec("uname", "-r").stdout.strip()
+            host.exec("apt-get", "update", "-qq")
+            if host.exec("apt-cache", "show", f"linux-headers-{running}",
+                         check=False).returncode == 0:
+                pytest.skip(f"this machine runs {running}, whose headers Debian's mirror still has")
+            key = (lab.repos.root / KERNELS / "key.asc").read_text()
+            host.exec("sh", "-c", "mkdir -p /etc/apt/keyrings"
+                      " && cat >/etc/apt/keyrings/debian-kernels.asc", stdin=key)
+            host.exec("sh", "-c", "echo 'deb [signed-by=/etc/apt/keyrings/debian-kernels.asc] "
+                                  f"{lab.base_url}/{KERNELS}/ /'"
+                                  " >/etc/apt/sources.list.d/kernels.list")
+            host.exec("apt-get", "update", "-qq")
+
+            gone = lab.run(inventory, "headers-gone", defaults, "--tags", "nvidia_driver")
+            gone_headers = host.exec("dpkg-query", "-W", "linux-headers-*", check=False).stdout
+
+            # What `apt-get full-upgrade` does on a real host: the newer kernel, not yet booted.
+            host.exec("apt-get", "install", "-qq", "-y", f"linux-image-{NEWER}")
+            newest = lab.run(inventory, "headers-newest", stop_after_headers,
+                             "--tags", "nvidia_driver")
+            newest_headers = host.exec("dpkg-query", "-W", "-f",
+                                       "${Package} ${db:Status-Status}\\n",
+                                       "linux-headers-*", check=False).stdout
+        finally:
+            host.remove()
+    return HeadersRuns(running, gone, gone_headers, newest, newest_headers)
+
+
+@pytest.fixture(scope="module")
+def runs(background_jobs: BackgroundJobs) -> HeadersRuns:
+    with background_jobs.held("kernel-headers") as value:
+        return value
+
+
+def test_headers_for_the_newest_installed_kernel_or_one_line_with_the_fix(
+        runs: HeadersRuns) -> None:
+    running, gone, gone_headers = runs.running, runs.gone, runs.gone_headers
+    newest, newest_headers = runs.newest, runs.newest_headers
     flat = " ".join(gone.output.split())
     assert gone.returncode != 0
     assert gone.failed_task == REFUSAL, gone.explain()

@@ -9,13 +9,16 @@ install guides set up first is a brownfield stand-in of test_platforms.py.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.ansible.playbook import PlaybookRun
 from tests.ansible.target import TEST_USER
 from tests.ansible.trust_lab import APPENDED, TWO_KEYS, TrustLab, trust_lab
+from tests.support.background import AFTER_RUN_LAST, BackgroundJobs, JobContext, background_job
+from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(900)]
 
@@ -36,27 +39,47 @@ def _task_status(output: str, task: str) -> str:
     return ""
 
 
-@pytest.fixture(scope="module")
-def lab(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrustLab]:
-    with trust_lab(tmp_path_factory.mktemp("trust")) as built:
-        yield built
+@dataclass(frozen=True)
+class KeyFileRun:
+    """A run given a key file with a second key, and what it left on the host."""
+
+    run: PlaybookRun
+    sources: str  # ls of sources.list.d and the keyrings
+    lists: str  # ls of apt's lists
 
 
-@pytest.mark.parametrize(("key_file", "problem"), [
-    pytest.param(TWO_KEYS, "holds the pinned key {pinned} and also {extra};", id="one-block"),
-    pytest.param(APPENDED, "holds 2 armored blocks where the vendor's file has one",
-                 id="appended-block"),
-])
-def test_key_file_with_a_second_key_is_refused_and_its_release_never_read(
-        lab: TrustLab, key_file: Path, problem: str) -> None:
-    """A mirror serves the pinned key plus its own, and a Release signed by its own.
+@dataclass(frozen=True)
+class InterruptedRuns:
+    first: PlaybookRun
+    sources_written: bool
+    second: PlaybookRun
+    smi_installed: bool
 
-    One block holding both keys: before the first fix the pinned fingerprint was
-    found "among" the keys, both were installed as the signed-by keyring, and apt
-    accepted the mirror's Release. The vendor's block with the mirror's appended as a
-    second block: before the second fix only the first block was read, the whole file
-    was installed, and apt (2.6) accepted the Release the appended key signed.
-    """
+
+@dataclass(frozen=True)
+class SymlinkRuns:
+    ngc: PlaybookRun
+    etc_docker: list[str]  # owner and mode of /etc/docker
+    etc_docker_files: list[str]
+    venv_run: PlaybookRun
+    ran_as: list[str]  # the uids the venv's programs ran as
+    user_uid: str
+
+
+@dataclass(frozen=True)
+class TrustRuns:
+    """Every scenario's runs, with what the tests compare them to."""
+
+    key_files: dict[str, KeyFileRun]  # by the key file's folder
+    interrupted: InterruptedRuns
+    symlinks: SymlinkRuns
+    cuda_fingerprint: str
+    extra_fingerprint: str
+    http_log: str  # what the stand-in repositories served, every scenario's requests
+
+
+def _key_file_run(lab: TrustLab, key_file: Path) -> KeyFileRun:
+    """A mirror serves the pinned key plus its own, and a Release signed by its own."""
     host, inventory = lab.start(f"tfhost-trust-keys-{SUFFIX}")
     try:
         run = lab.run(inventory, f"two-keys-{key_file.parent}", {
@@ -67,26 +90,12 @@ def test_key_file_with_a_second_key_is_refused_and_its_release_never_read(
         lists = host.exec("ls", "/var/lib/apt/lists/").stdout
     finally:
         host.remove()
-    assert run.returncode != 0, run.explain()
-    assert run.recap["failed"] == 1, run.explain()
-    assert run.failed_task == "repo_trust : Check the key file (the pinned key and nothing else)", (
-        run.explain())
-    flat = " ".join(run.output.split())
-    assert "Refusing NVIDIA's CUDA repository: the key file at" in flat
-    assert problem.format(pinned=lab.repos.cuda_fingerprint, extra=lab.extra_fingerprint) in flat
-    # Nothing was written, and apt never fetched (let alone accepted) the mirror's Release.
-    assert "nvidia-cuda" not in sources
-    assert "evil" not in lists
-    assert "/evil/" not in lab.http_log.read_text()
+    return KeyFileRun(run, sources, lists)
 
 
-def test_run_interrupted_before_the_index_refresh_recovers(lab: TrustLab) -> None:
-    """The first run writes the sources file, then dies reading the index (repository down).
-
-    The next run finds the sources file unchanged. Before the fix it skipped
-    the refresh (the index was "fresh" by cache_valid_time) and failed with no
-    installation candidate for the driver, for an hour.
-    """
+def _interrupted_runs(lab: TrustLab) -> InterruptedRuns:
+    """The first run writes the sources file, then dies reading the index (repository down);
+    the second runs with the repository back."""
     host, inventory = lab.start(f"tfhost-trust-interrupted-{SUFFIX}")
     mirror = {
         # The kernel headers are not what this test is about (the converge installs them); a
@@ -107,13 +116,7 @@ def test_run_interrupted_before_the_index_refresh_recovers(lab: TrustLab) -> Non
     finally:
         lab.cuda_repo_online(True)
         host.remove()
-    refresh = "repo_trust : Read the index of NVIDIA's CUDA repository"
-    assert first.returncode != 0
-    assert "index" in first.failed_task, first.explain()  # stopped at the refresh, not before
-    assert written, "the first run should have written the sources file before it stopped"
-    assert second.returncode == 0, second.explain()
-    assert _task_status(second.output, refresh) == "changed", second.explain()
-    assert smi, "the driver (nvidia-smi) was not installed by the second run"
+    return InterruptedRuns(first, written, second, smi)
 
 
 # A stand-in for a virtual environment the owner controls: every program in it
@@ -127,13 +130,9 @@ exit 0
 """
 
 
-def test_no_root_through_user_owned_paths(lab: TrustLab) -> None:
-    """~/.docker -> /etc/docker, and a venv its owner can change: root follows neither.
-
-    Before the fix the ngc role created ~/.docker as root, following the link
-    (chowning /etc/docker to the user), and tensorflow_host ran the venv's pip
-    and python as root.
-    """
+def _symlink_runs(lab: TrustLab) -> SymlinkRuns:
+    """~/.docker -> /etc/docker for the ngc role; a venv its owner can change for
+    tensorflow_host."""
     host, inventory = lab.start(f"tfhost-trust-symlinks-{SUFFIX}")
     try:
         host.exec("su", "-", TEST_USER, "-c", "ln -s /etc/docker ~/.docker")
@@ -155,11 +154,92 @@ def test_no_root_through_user_owned_paths(lab: TrustLab) -> None:
         user_uid = host.exec("id", "-u", TEST_USER).stdout.strip()
     finally:
         host.remove()
+    return SymlinkRuns(ngc, etc_docker, etc_docker_files, venv_run, ran_as, user_uid)
+
+
+@background_job(__file__, name="trust", run_last=AFTER_RUN_LAST)
+def _trust_runs(job: JobContext) -> TrustRuns:
+    """Every scenario, one fresh host each, in a background job queued behind the converges;
+    this module's tests run after theirs (tests/support/background.py, AFTER_RUN_LAST)."""
+    ensure_engine()
+    with trust_lab(job.workdir) as lab:
+        key_files = {str(key_file.parent): _key_file_run(lab, key_file)
+                     for key_file in (TWO_KEYS, APPENDED)}
+        interrupted = _interrupted_runs(lab)
+        symlinks = _symlink_runs(lab)
+        return TrustRuns(key_files, interrupted, symlinks, lab.repos.cuda_fingerprint,
+                         lab.extra_fingerprint, lab.http_log.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(background_jobs: BackgroundJobs) -> TrustRuns:
+    with background_jobs.held("trust") as value:
+        return value
+
+
+@pytest.mark.parametrize(("key_file", "problem"), [
+    pytest.param(TWO_KEYS, "holds the pinned key {pinned} and also {extra};", id="one-block"),
+    pytest.param(APPENDED, "holds 2 armored blocks where the vendor's file has one",
+                 id="appended-block"),
+])
+def test_key_file_with_a_second_key_is_refused_and_its_release_never_read(
+        runs: TrustRuns, key_file: Path, problem: str) -> None:
+    """A mirror serves the pinned key plus its own, and a Release signed by its own.
+
+    One block holding both keys: before the first fix the pinned fingerprint was
+    found "among" the keys, both were installed as the signed-by keyring, and apt
+    accepted the mirror's Release. The vendor's block with the mirror's appended as a
+    second block: before the second fix only the first block was read, the whole file
+    was installed, and apt (2.6) accepted the Release the appended key signed.
+    """
+    scenario = runs.key_files[str(key_file.parent)]
+    run = scenario.run
+    assert run.returncode != 0, run.explain()
+    assert run.recap["failed"] == 1, run.explain()
+    assert run.failed_task == "repo_trust : Check the key file (the pinned key and nothing else)", (
+        run.explain())
+    flat = " ".join(run.output.split())
+    assert "Refusing NVIDIA's CUDA repository: the key file at" in flat
+    assert problem.format(pinned=runs.cuda_fingerprint, extra=runs.extra_fingerprint) in flat
+    # Nothing was written, and apt never fetched (let alone accepted) the mirror's Release.
+    assert "nvidia-cuda" not in scenario.sources
+    assert "evil" not in scenario.lists
+    assert "/evil/" not in runs.http_log
+
+
+def test_run_interrupted_before_the_index_refresh_recovers(runs: TrustRuns) -> None:
+    """The first run writes the sources file, then dies reading the index (repository down).
+
+    The next run finds the sources file unchanged. Before the fix it skipped
+    the refresh (the index was "fresh" by cache_valid_time) and failed with no
+    installation candidate for the driver, for an hour.
+    """
+    first, second = runs.interrupted.first, runs.interrupted.second
+    refresh = "repo_trust : Read the index of NVIDIA's CUDA repository"
+    assert first.returncode != 0
+    assert "index" in first.failed_task, first.explain()  # stopped at the refresh, not before
+    assert runs.interrupted.sources_written, (
+        "the first run should have written the sources file before it stopped")
+    assert second.returncode == 0, second.explain()
+    assert _task_status(second.output, refresh) == "changed", second.explain()
+    assert runs.interrupted.smi_installed, (
+        "the driver (nvidia-smi) was not installed by the second run")
+
+
+def test_no_root_through_user_owned_paths(runs: TrustRuns) -> None:
+    """~/.docker -> /etc/docker, and a venv its owner can change: root follows neither.
+
+    Before the fix the ngc role created ~/.docker as root, following the link
+    (chowning /etc/docker to the user), and tensorflow_host ran the venv's pip
+    and python as root.
+    """
+    symlinks = runs.symlinks
+    ngc, venv_run, ran_as = symlinks.ngc, symlinks.venv_run, symlinks.ran_as
     # What an attacker gets, first: /etc/docker stays root's, root runs nothing of the user's.
-    assert etc_docker == ["root", "755"], "the ngc role followed the user's symlink"
-    assert "config.json" not in etc_docker_files
+    assert symlinks.etc_docker == ["root", "755"], "the ngc role followed the user's symlink"
+    assert "config.json" not in symlinks.etc_docker_files
     assert ran_as, "neither pip nor python of the venv ran: nothing was checked"
-    assert set(ran_as) == {user_uid}, f"the venv's programs ran as uids {ran_as}"
+    assert set(ran_as) == {symlinks.user_uid}, f"the venv's programs ran as uids {ran_as}"
     # Then how: the ngc role refuses the symlink in one clear message; the venv run succeeds.
     assert ngc.returncode != 0
     assert ngc.failed_task == "ngc : Refuse a Docker config that is a symlink or not the user's own"

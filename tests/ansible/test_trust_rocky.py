@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from tests.fixtures.aptrepo.signing import SigningKey, generate_key
 from tests.fixtures.rpmrepo import CUDA_DIR, CUDA_KEY_NAME, build_rpm_repos, serve_directory
 from tests.fixtures.rpmrepo.catalog import cuda_repository
 from tests.fixtures.rpmrepo.modules import modules_yaml
+from tests.support.background import AFTER_RUN_LAST, set_up_in_background
+from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -69,10 +72,8 @@ def _evil_cuda_repository(root: Path, extra: SigningKey, pinned_key: str) -> Non
     (root / APPENDED).write_text(pinned_key + extra.public_armored)
 
 
-@pytest.fixture(scope="module")
-def rocky_trust(docker_host: str, tmp_path_factory: pytest.TempPathFactory
-                ) -> Iterator[RockyTrust]:
-    workdir = tmp_path_factory.mktemp("trust-rocky")
+@contextmanager
+def _rocky_trust_runs(workdir: Path) -> Iterator[RockyTrust]:
     repos = build_rpm_repos(workdir / "rpmrepos")
     with tempfile.TemporaryDirectory(prefix="trust-rocky-gpg-") as keys:
         extra = generate_key(Path(keys) / "mirror", "mirror's own key <mirror@example.invalid>")
@@ -107,6 +108,12 @@ def rocky_trust(docker_host: str, tmp_path_factory: pytest.TempPathFactory
             host.remove()
     yield RockyTrust(appended, keys_before, keys_after, written, evil_requests,
                      extra.fingerprint)
+
+
+# A self-contained set-up: a background job queued behind the converges, its tests after
+# theirs (tests/support/background.py, AFTER_RUN_LAST).
+rocky_trust = pytest.fixture(scope="module", name="rocky_trust")(set_up_in_background(
+    __file__, "trust-rocky", _rocky_trust_runs, ensure_engine, run_last=AFTER_RUN_LAST))
 
 
 def _extra(workdir: Path, name: str, variables: dict[str, str]) -> Path:

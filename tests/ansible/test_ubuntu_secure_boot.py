@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from tests.fixtures.aptrepo import build_stub_repos, serve_directory
 from tests.fixtures.aptrepo.catalog import ubuntu_signed_module_packages
 from tests.fixtures.aptrepo.debs import PackageFile, StubPackage
 from tests.fixtures.aptrepo.ubuntu_archive import build_signed_archive
+from tests.support.background import AFTER_RUN_LAST, set_up_in_background
+from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -84,10 +87,9 @@ def _installed(host: TargetHost) -> dict[str, str]:
             (line.split() for line in listing.splitlines()) if fields[-1] == "installed"}
 
 
-@pytest.fixture(scope="module")
-def secure_boot(docker_host: str,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBootRun]:
-    workdir = tmp_path_factory.mktemp("secure-boot")
+@contextmanager
+def _secure_boot_runs(workdir: Path) -> Iterator[SecureBootRun]:
+    """The host set up as above, its two runs of the driver role; the host goes on leaving."""
     repos = build_stub_repos(workdir / "repos")
     build_signed_archive(repos.root / ARCHIVE, _archive())
     with serve_directory(repos.root, workdir / "http.log") as base_url:
@@ -111,6 +113,12 @@ def secure_boot(docker_host: str,
             yield SecureBootRun(host, first, installed, second)
         finally:
             host.remove()
+
+
+# A self-contained set-up (its own container and archive): a background job queued behind
+# the converges, its tests after theirs (tests/support/background.py, AFTER_RUN_LAST).
+secure_boot = pytest.fixture(scope="module", name="secure_boot")(set_up_in_background(
+    __file__, "ubuntu-secure-boot", _secure_boot_runs, ensure_engine, run_last=AFTER_RUN_LAST))
 
 
 def test_the_hwe_flavour_modules_and_the_kernels_own_are_installed(

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.ansible.playbook import PlaybookRun, run_playbook, write_inventory
 from tests.ansible.target import TargetHost, start_target, target_image
+from tests.support.background import AFTER_RUN_LAST, set_up_in_background
+from tests.support.docker_engine import ensure_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(1200)]
 
@@ -46,10 +50,8 @@ class LibvirtRuns:
     state_after_third: dict[str, str]
 
 
-@pytest.fixture(scope="module")
-def libvirt_runs(docker_host: str,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[LibvirtRuns]:
-    workdir = tmp_path_factory.mktemp("libvirt-debian")
+@contextmanager
+def _libvirt_runs(workdir: Path) -> Iterator[LibvirtRuns]:
     playbook = workdir / "libvirt.yml"
     playbook.write_text(yaml.safe_dump(PLAY, sort_keys=False))
     host = start_target(target_image(), f"tfhost-libvirt-debian-{os.getpid()}")
@@ -74,6 +76,12 @@ def libvirt_runs(docker_host: str,
         yield LibvirtRuns(host, first, after_first, second, third, after_third)
     finally:
         host.remove()
+
+
+# A self-contained set-up: a background job queued behind the converges, its tests after
+# theirs (tests/support/background.py, AFTER_RUN_LAST).
+libvirt_runs = pytest.fixture(scope="module", name="libvirt_runs")(set_up_in_background(
+    __file__, "libvirt-debian", _libvirt_runs, ensure_engine, run_last=AFTER_RUN_LAST))
 
 
 def test_the_sockets_are_enabled_and_listening_and_the_service_enabled(

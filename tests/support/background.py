@@ -27,6 +27,12 @@ parameter, `needed_by`), queued before the guests because their tests come first
   the whole session to finish and its guest never makes the foreground wait. It is
   for the longest job (the `vagrant up` guest): on CI's two cores that guest gets one
   emulated CPU, and the tests that need nothing from it run meanwhile.
+* `run_last=AFTER_RUN_LAST` goes one step further: the module's tests come after those
+  of every `run_last=True` module, so its job is queued behind theirs. It is for a
+  self-contained set-up (a play on its own container) that would otherwise run in the
+  foreground: the `run_last=True` modules end the session with plays of their own
+  (upgrades on their converged hosts) that keep only one core busy, and these jobs
+  fill the other one meanwhile. tests/README.md has the session's shape.
 * If the session ends early (-x, Ctrl-C), the job's cancel callbacks run (they
   stop the guest, so the job fails fast) and its stack is closed.
 
@@ -53,6 +59,9 @@ from typing import Any, TypeVar
 import pytest
 
 JOIN_TIMEOUT_S = 600
+# run_last ranks: a module's tests go after those of every lower rank (0: not run_last).
+RUN_LAST = 1
+AFTER_RUN_LAST = 2
 RESULTS = Path(os.environ.get("TFHOST_RESULTS", Path(__file__).resolve().parents[2] / "results"))
 
 
@@ -86,7 +95,7 @@ class JobHandle:
     name: str
     module: Path
     work: Work
-    run_last: bool = False
+    run_last: int = 0  # a rank: 0, RUN_LAST (True) or AFTER_RUN_LAST
     needed_by: Callable[[pytest.Item], bool] | None = None
     context: JobContext | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -141,18 +150,19 @@ def _skipped_by_mark(item: pytest.Item) -> bool:
     return False
 
 
-def background_job(module_file: str, name: str | None = None, run_last: bool = False,
+def background_job(module_file: str, name: str | None = None, run_last: bool | int = False,
                    needed_by: Callable[[pytest.Item], bool] | None = None,
                    ) -> Callable[[Work], Work]:
     """Register `work` as the background set-up of the test module `module_file`.
 
-    With `run_last`, the module's tests run after every other test of the session.
-    With `needed_by`, the job runs only if a selected test of the module satisfies it,
-    and is queued by the first such test.
+    With `run_last` (True, or AFTER_RUN_LAST), the module's tests run after every test
+    of a lower rank. With `needed_by`, the job runs only if a selected test of the module
+    satisfies it, and is queued by the first such test.
     """
     def register(work: Work) -> Work:
         key = name or work.__qualname__
-        _REGISTRY[key] = JobHandle(key, Path(module_file).resolve(), work, run_last, needed_by)
+        _REGISTRY[key] = JobHandle(key, Path(module_file).resolve(), work, int(run_last),
+                                   needed_by)
         return work
     return register
 
@@ -174,11 +184,13 @@ class BackgroundJobs:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Move the tests of `run_last` modules to the end, each module's in its order."""
-        last = {job.module for job in _REGISTRY.values() if job.run_last}
-        if not last:
+        """Move the tests of `run_last` modules to the end by rank, each module's in its order."""
+        rank: dict[Path, int] = {}
+        for job in _REGISTRY.values():
+            rank[job.module] = max(rank.get(job.module, 0), job.run_last)
+        if not any(rank.values()):
             return
-        items[:] = sorted(items, key=lambda item: Path(str(item.path)).resolve() in last)
+        items[:] = sorted(items, key=lambda item: rank.get(Path(str(item.path)).resolve(), 0))
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -286,6 +298,7 @@ T = TypeVar("T")
 def set_up_in_background(module_file: str, name: str,
                          set_up: Callable[[Path], AbstractContextManager[T]],
                          before: Callable[[], object] = lambda: None,
+                         run_last: int = RUN_LAST,
                          ) -> Callable[[BackgroundJobs], Iterator[T]]:
     """Register `set_up(workdir)` as a `run_last` job of the module; return its fixture's body.
 
@@ -298,7 +311,7 @@ def set_up_in_background(module_file: str, name: str,
         before()
         return job.stack.enter_context(set_up(job.workdir))
 
-    background_job(module_file, name=name, run_last=True)(work)
+    background_job(module_file, name=name, run_last=run_last)(work)
 
     def held_value(background_jobs: BackgroundJobs) -> Iterator[T]:
         with background_jobs.held(name) as value:

@@ -252,6 +252,49 @@ def test_a_run_last_module_runs_after_every_other_test(pytester: pytest.Pytester
     assert names.index("slow test") < names.index("last test one") < names.index("last test two")
 
 
+def test_an_after_run_last_module_follows_the_run_last_ones_and_so_does_its_job(
+        pytester: pytest.Pytester) -> None:
+    """AFTER_RUN_LAST: a self-contained set-up whose job must not hold up the converges of
+    the run_last modules (queued behind theirs), and whose tests come after theirs."""
+    pytester.makepyfile(
+        test_b_after=textwrap.dedent('''
+            from journal import note
+            from tests.support.background import AFTER_RUN_LAST, background_job
+
+
+            @background_job(__file__, name="after", run_last=AFTER_RUN_LAST)
+            def after(job):
+                note("after job")
+                return 2
+
+
+            def test_after(background_jobs):
+                note("after test")
+                assert background_jobs.result("after") == 2
+        '''),
+        test_m_last=textwrap.dedent('''
+            from journal import note
+            from tests.support.background import background_job
+
+
+            @background_job(__file__, name="last", run_last=True)
+            def last(job):
+                note("last job")
+                return 1
+
+
+            def test_last(background_jobs):
+                note("last test")
+                assert background_jobs.result("last") == 1
+        '''))
+    result, events = _session(pytester)
+    result.assert_outcomes(passed=5)
+    names = _names(events)
+    # Alphabetically test_b_after comes first; its rank puts it and its job after the others.
+    assert names.index("slow test") < names.index("last test") < names.index("after test"), names
+    assert names.index("last job") < names.index("after job"), names
+
+
 PER_PARAMETER_MODULE = '''
 import pytest
 
