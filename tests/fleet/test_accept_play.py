@@ -126,10 +126,26 @@ def _failed_below_their_group(directory: Path) -> list[str]:
 def _failing(run: PlaybookRun) -> set[str]:
     """The hosts the play's summary line names as failing ("fail: a, b; warn: c").
 
-    Whitespace is joined first: the YAML callback folds a long line where it likes.
+    Whitespace is joined first: the YAML callback folds a long line where it likes. The list
+    is read as host names joined by ", ": whatever follows it (a "; warn: ..." part, a quote,
+    the report's paths on the next line) ends it.
     """
-    found = re.search(r"\d+ fail; fail: ([^;']+)", " ".join(run.output.split()))
-    return {h.strip() for h in found.group(1).split(",")} if found else set()
+    found = re.search(r"\d+ fail; fail: ((?:[\w.-]+, )*[\w.-]+)", " ".join(run.output.split()))
+    return set(found.group(1).split(", ")) if found else set()
+
+
+@pytest.mark.parametrize("printed", [
+    # The command's stdout, its report's paths on the lines after the summary.
+    "stdout: |-\n    fleet: 1 pass, 0 warn, 4 fail; fail: fleet-a, fleet-broken, fleet-c,\n"
+    "    fleet-slow\n    /tmp/acceptance/ci/report/fleet.html\n",
+    # The same line as the debug task's quoted list item.
+    "msg:\n- 'fleet: 1 pass, 0 warn, 4 fail; fail: fleet-a, fleet-broken, fleet-c, fleet-slow'\n",
+    # With warnings after the failures.
+    "fleet: 1 pass, 1 warn, 4 fail; fail: fleet-a, fleet-broken, fleet-c, fleet-slow; warn: x\n",
+])
+def test_the_failing_hosts_are_read_from_the_summary_however_it_is_printed(printed: str) -> None:
+    run = PlaybookRun(0, printed, "", 0.0)
+    assert _failing(run) == {"fleet-a", "fleet-broken", "fleet-c", "fleet-slow"}
 
 
 def test_the_play_finishes_every_host_and_records_the_broken_one(fleet_run: FleetRun) -> None:
