@@ -426,6 +426,9 @@ def test_mistyped_variable_fails_before_anything_runs(scenarios: Scenarios) -> N
 PYPI_CACHE = Path(os.environ.get("TFHOST_PYPI_CACHE", "/var/cache/tfhost-pypi"))
 TF_VENV = "/opt/tensorflow"
 GPU_LOCK = REPO / "requirements" / "gpu.txt"
+PIP_LOCK = REPO / "requirements" / "pip.txt"
+# Where the resolution's pip lives on the host: the lock's pip, beside the role's venv.
+RESOLVER_VENV = "/opt/tfhost-resolver"
 
 
 def _role_default() -> Requirement:
@@ -483,12 +486,18 @@ def tensorflow_host(scenarios: Scenarios) -> TensorflowRuns:
         record_timing("tensorflow_host: install TensorFlow", first.seconds)
         second = _rerun(scenarios, "tensorflow-host-2", "--tags", "tensorflow_host", extra=extra)
         record_timing("tensorflow_host: re-run", second.seconds)
-        served = mirror.log.downloaded_bytes + mirror.log.cached_bytes
-        # The real default, [and-cuda] included, resolved by the same pip against the images'
-        # lock: PEP 658 metadata only, not the CUDA wheels.
+        # The real default, [and-cuda] included, resolved with the host's Python against the
+        # images' lock, from PEP 658 metadata only, not the CUDA wheels (the mirror has metadata
+        # for every wheel). By the lock's pip (requirements/pip.txt): Debian 12's pip 23.0
+        # downloads every wheel of a resolution, --dry-run or not.
+        host.exec("tee", "/tmp/pip-lock.txt", stdin=PIP_LOCK.read_text())
+        host.exec("python3", "-m", "venv", RESOLVER_VENV)
+        host.exec(f"{RESOLVER_VENV}/bin/pip", "install", "--quiet", "--no-deps", "--require-hashes",
+                  "--index-url", mirror.index_url, "-r", "/tmp/pip-lock.txt")
         host.exec("tee", "/tmp/gpu-constraints.txt", stdin=_lock_constraints())
+        served = mirror.log.downloaded_bytes + mirror.log.cached_bytes
         resolution = host.exec(
-            "sudo", "-u", TEST_USER, f"{TF_VENV}/bin/pip", "install", "--dry-run",
+            "sudo", "-u", TEST_USER, f"{RESOLVER_VENV}/bin/pip", "install", "--dry-run",
             "--ignore-installed", "--quiet", "--report", "-", "--index-url", mirror.index_url,
             "--constraint", "/tmp/gpu-constraints.txt", str(_role_default()), check=False)
         resolution_mb = (mirror.log.downloaded_bytes + mirror.log.cached_bytes - served) / 2**20
@@ -525,11 +534,11 @@ def test_tensorflow_host_installs_the_pinned_tensorflow_for_its_owner(
 
 def test_tensorflow_host_default_with_its_cuda_wheels_resolves_against_the_lock(
         tensorflow_host: TensorflowRuns) -> None:
-    """The role's real default, tensorflow[and-cuda]==<version>, resolved by the host's own pip
-    (its Python, its platform) with requirements/gpu.txt as constraints: TensorFlow and
-    NVIDIA's CUDA and cuDNN wheels at the lock's versions, from metadata alone. Before, the
-    test stripped [and-cuda], and a default whose CUDA wheels the lock could not satisfy
-    went unseen."""
+    """The role's real default, tensorflow[and-cuda]==<version>, resolved on the host (its
+    Python, its platform) with requirements/gpu.txt as constraints: TensorFlow and NVIDIA's
+    CUDA and cuDNN wheels at the lock's versions, from metadata alone. Before, the test
+    stripped [and-cuda], and a default whose CUDA wheels the lock could not satisfy went
+    unseen."""
     resolution = tensorflow_host.resolution
     print(f"tensorflow[and-cuda] resolved from {tensorflow_host.resolution_mb} MB of metadata")
     assert resolution.returncode == 0, resolution.stderr[-3000:]

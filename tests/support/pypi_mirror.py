@@ -12,16 +12,28 @@ Index pages (/simple/<project>/) are fetched from PyPI on every request, as PEP 
 HTML with the file links pointed here; files (/files/..., wheels and their PEP 658
 metadata) never change once published and are cached. pip checks every file against
 the sha256 the index page names, so the cache cannot serve it a changed file.
+
+PEP 658 for every wheel: PyPI has no separate metadata file for some wheels (NVIDIA's
+CUDA wheels, 3.2 GB for tensorflow[and-cuda], among them), and without one pip downloads
+the whole wheel to read its dependencies. The mirror marks each such wheel's link
+`data-core-metadata="true"` (and PEP 658's older `data-dist-info-metadata`), and answers
+`<wheel>.metadata` with the wheel's own `*.dist-info/METADATA`, read from PyPI with HTTP
+range requests (the zip's directory and that one member: kilobytes, not the wheel), as
+PyPI itself serves it for newer uploads. A resolution (`pip install --dry-run --report`)
+then transfers metadata only.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import tempfile
 import threading
+import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +47,13 @@ INDEX = "https://pypi.org/simple/"
 FILES = "https://files.pythonhosted.org/"
 PROJECT = re.compile(r"^/simple/([A-Za-z0-9._-]+)/?$")
 CHUNK = 1 << 16
+# An index page's link to a wheel: its URL (fragment included) and its other attributes.
+WHEEL_LINK = re.compile(r'<a href="([^"#]+\.whl(?:#[^"]*)?)"([^>]*)>')
+METADATA_SUFFIX = ".metadata"
+DIST_INFO_METADATA = re.compile(r"^[^/]+\.dist-info/METADATA$")
+# How much of a wheel each range request reads: the zip's end records and directory, then
+# the METADATA member, take a few of these.
+RANGE_BUFFER = 1 << 18
 
 
 @dataclass
@@ -58,6 +77,71 @@ def _fetch(url: str, accept: str = "*/*") -> bytes:
     with urllib.request.urlopen(request, timeout=120) as response:
         body: bytes = response.read()
         return body
+
+
+def with_metadata_for_every_wheel(page: str) -> str:
+    """Mark each wheel link that has no PEP 658 metadata attribute as having one ("true").
+
+    PEP 714 names the attribute `data-core-metadata`; pip before 23.2 reads only PEP 658's
+    `data-dist-info-metadata`: both are added. A link that has either keeps what PyPI said.
+    """
+    def mark(link: re.Match[str]) -> str:
+        if "metadata=" in link[2]:
+            return link[0]
+        return (f'<a href="{link[1]}"{link[2]} data-core-metadata="true"'
+                ' data-dist-info-metadata="true">')
+    return WHEEL_LINK.sub(mark, page)
+
+
+class RemoteFile(io.RawIOBase):
+    """A file on an HTTP server that answers range requests, read where zipfile seeks."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.position = 0
+        self.transferred = 0
+        head = urllib.request.Request(url, method="HEAD",
+                                      headers={"User-Agent": "tfhost-test-mirror"})
+        with urllib.request.urlopen(head, timeout=120) as response:
+            self.size = int(response.headers["Content-Length"])
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def readinto(self, buffer: Any) -> int:
+        if self.position >= self.size or len(buffer) == 0:
+            return 0
+        last = min(self.position + len(buffer), self.size) - 1
+        request = urllib.request.Request(self.url, headers={
+            "Range": f"bytes={self.position}-{last}", "User-Agent": "tfhost-test-mirror"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            if response.status != 206:
+                raise OSError(f"{self.url}: the server ignored the range request")
+            data = response.read()
+        buffer[:len(data)] = data
+        self.position += len(data)
+        self.transferred += len(data)
+        return len(data)
+
+
+def wheel_metadata(url: str) -> tuple[bytes, int]:
+    """The METADATA of the wheel at `url`, and the bytes transferred to read it."""
+    remote = RemoteFile(url)
+    with zipfile.ZipFile(io.BufferedReader(remote, RANGE_BUFFER)) as wheel:
+        [name] = [name for name in wheel.namelist() if DIST_INFO_METADATA.match(name)]
+        return wheel.read(name), remote.transferred
 
 
 def _handler(cache: Path, log: MirrorLog) -> type[BaseHTTPRequestHandler]:
@@ -91,7 +175,27 @@ def _handler(cache: Path, log: MirrorLog) -> type[BaseHTTPRequestHandler]:
         def _index(self, project: str) -> None:
             page = _fetch(f"{INDEX}{project}/", "text/html").decode()
             here = f"http://{self.headers['Host']}/files/"
+            page = with_metadata_for_every_wheel(page)
             self._send(200, page.replace(FILES, here).encode(), "text/html; charset=utf-8")
+
+        def _fetch_to(self, relative: str, spool: Any) -> int:
+            """PyPI's file into `spool`; a wheel's METADATA read from the wheel when PyPI has
+            no metadata file for it (the links marked by with_metadata_for_every_wheel).
+            Returns the bytes transferred from PyPI."""
+            try:
+                request = urllib.request.Request(
+                    f"{FILES}{relative}", headers={"User-Agent": "tfhost-test-mirror"})
+                with urllib.request.urlopen(request, timeout=600) as response:
+                    shutil.copyfileobj(response, spool, CHUNK)
+                return int(spool.tell())
+            except urllib.error.HTTPError as error:
+                if error.code != 404 or not relative.endswith(".whl" + METADATA_SUFFIX):
+                    raise
+                metadata, transferred = wheel_metadata(
+                    f"{FILES}{relative.removesuffix(METADATA_SUFFIX)}")
+                spool.write(metadata)
+                log.write(f"{relative}: read from the wheel, {transferred} bytes transferred")
+                return transferred
 
         def _file(self, relative: str) -> None:
             kept = cache / relative
@@ -102,17 +206,14 @@ def _handler(cache: Path, log: MirrorLog) -> type[BaseHTTPRequestHandler]:
                 kept.parent.mkdir(parents=True, exist_ok=True)
                 with tempfile.NamedTemporaryFile(dir=kept.parent, delete=False) as spool:
                     try:
-                        request = urllib.request.Request(
-                            f"{FILES}{relative}", headers={"User-Agent": "tfhost-test-mirror"})
-                        with urllib.request.urlopen(request, timeout=600) as response:
-                            shutil.copyfileobj(response, spool, CHUNK)
+                        transferred = self._fetch_to(relative, spool)
                         spool.close()
                         os.replace(spool.name, kept)
                     finally:
                         if os.path.exists(spool.name):
                             os.unlink(spool.name)
                 with log.lock:
-                    log.downloaded_bytes += kept.stat().st_size
+                    log.downloaded_bytes += transferred
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(kept.stat().st_size))
