@@ -136,12 +136,15 @@ def _failing(run: PlaybookRun) -> set[str]:
 
 @pytest.mark.parametrize("printed", [
     # The command's stdout, its report's paths on the lines after the summary.
-    "stdout: |-\n    fleet: 1 pass, 0 warn, 4 fail; fail: fleet-a, fleet-broken, fleet-c,\n"
-    "    fleet-slow\n    /tmp/acceptance/ci/report/fleet.html\n",
+    pytest.param("stdout: |-\n    fleet: 1 pass, 0 warn, 4 fail; fail: fleet-a, fleet-broken, "
+                 "fleet-c,\n    fleet-slow\n    /tmp/acceptance/ci/report/fleet.html\n",
+                 id="stdout-then-paths"),
     # The same line as the debug task's quoted list item.
-    "msg:\n- 'fleet: 1 pass, 0 warn, 4 fail; fail: fleet-a, fleet-broken, fleet-c, fleet-slow'\n",
+    pytest.param("msg:\n- 'fleet: 1 pass, 0 warn, 4 fail; fail: fleet-a, fleet-broken, fleet-c, "
+                 "fleet-slow'\n", id="quoted-item"),
     # With warnings after the failures.
-    "fleet: 1 pass, 1 warn, 4 fail; fail: fleet-a, fleet-broken, fleet-c, fleet-slow; warn: x\n",
+    pytest.param("fleet: 1 pass, 1 warn, 4 fail; fail: fleet-a, fleet-broken, fleet-c, "
+                 "fleet-slow; warn: x\n", id="then-warnings"),
 ])
 def test_the_failing_hosts_are_read_from_the_summary_however_it_is_printed(printed: str) -> None:
     run = PlaybookRun(0, printed, "", 0.0)
