@@ -207,14 +207,35 @@ def test_the_slow_host_fails_for_its_compute_checks(fleet_run: FleetRun) -> None
         # a healthy host is measured by `workloads bench fleet --rates`, not here.
         # (The host measured again is also compared with its first passing record, its
         # baseline, by the same 30 % line.)
+        # A quick figure can also come out below the fail line of its own limit (the CPU's
+        # idle peak the battery measured): allowed when the report's figure says so too.
         failing = [r for r in verdicts[host]["reasons"] if r.startswith("fail")]
-        assert all(re.search("below its (group|baseline)", r) for r in failing), \
+        assert all(re.search("below its (group|baseline)", r)
+                   or _below_its_own_fail_line(report, host, r) for r in failing), \
             f"{verdicts[host]}\n{figures}"
         if any("below its group" in r for r in failing):
             worst = max(_gap_below_the_others(report, host, f["check"])
                         for f in report["figures"] if f["host"] == host and f["outlier"])
             assert worst >= FAIL_GAP, f"{verdicts[host]}\n{figures}"
     assert verdicts[BROKEN]["verdict"] == "fail"
+
+
+# "fail: matmul float32 2048²: 63% of 110 GFLOP/s (this CPU's idle peak, ...), below the 70% fail
+# line: ..." (workloads/accept/verdicts.py, against_limit)
+OWN_FAIL_LINE = re.compile(r"fail: (?P<check>.+?): \d+% of (?P<limit>[\d,.]+) \S+ \(.*?\), "
+                           r"below the (?P<line>\d+)% fail line")
+
+
+def _below_its_own_fail_line(report: dict[str, Any], host: str, reason: str) -> bool:
+    """Whether `reason` fails the host's figure against its own limit, and the report's figure
+    for that check is indeed below that share of the limit."""
+    found = OWN_FAIL_LINE.match(reason)
+    if found is None:
+        return False
+    values = [f["value"] for f in report["figures"]
+              if f["host"] == host and f["check"] == found["check"]]
+    limit = float(found["limit"].replace(",", ""))
+    return len(values) == 1 and values[0] / limit < int(found["line"]) / 100
 
 
 def _gap_below_the_others(report: dict[str, Any], host: str, check: str) -> float:
