@@ -18,7 +18,7 @@ import yaml
 
 from tests.ansible.playbook import ANSIBLE_DIR, BIN
 
-# Facts that tasks set themselves (getent, package_facts), not fact gathering.
+# Facts that tasks set themselves (getent, package_facts, dpkg_package_facts), not fact gathering.
 SET_BY_TASKS = {"getent_passwd", "packages"}
 FACT = re.compile(r"""ansible_facts\[['"]([a-z_0-9]+)['"]\]""")
 
