@@ -861,30 +861,39 @@ ROCKY_TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
 
 
 def _twice(platform_run: PlatformRun, name: str, extra: dict[str, object], tags: str,
-           timing: str) -> tuple[PlaybookRun, PlaybookRun]:
-    """site.yml on the converged host with `extra` on top, then the same again (changed=0)."""
+           timing: str, again_tags: str = "") -> tuple[PlaybookRun, PlaybookRun]:
+    """site.yml on the converged host with `extra` on top, then again (changed=0), with
+    `again_tags` when given (more roles than the first run's)."""
     lab, key = platform_run.lab, platform_run.platform.key
     files = [*platform_run.vars_files, lab.extra_vars_file(f"{key}-{name}.yml", extra)]
     runs = tuple(run_playbook(platform_run.inventory, files, lab.path(f"{key}-{name}-{n}.log"),
-                              "--tags", tags) for n in (1, 2))
+                              "--tags", run_tags)
+                 for n, run_tags in ((1, tags), (2, again_tags or tags)))
     record_timing(f"{key}: {timing}", runs[0].seconds)
     record_timing(f"{key}: re-run after it ({name})", runs[1].seconds)
     return runs[0], runs[1]
 
 
 @pytest.fixture(scope="module")
-def rocky_upgrade(platform_run: PlatformRun) -> tuple[PlaybookRun, PlaybookRun]:
-    """The converged Rocky host (old versions) gets the new ones, then the same play again."""
+def rocky_upgrade(platform_run: PlatformRun) -> PlaybookRun:
+    """The converged Rocky host (old versions) gets the new ones.
+
+    Its re-run comes after the flavour change below, with the upgrade's roles: one run checks
+    that neither transition left work for the next.
+    """
     _rocky(platform_run)
-    return _twice(platform_run, "upgrade", UPGRADE_VARS, UPGRADE_TAGS,
-                  "upgrade to the second versions")
+    lab, key = platform_run.lab, platform_run.platform.key
+    files = [*platform_run.vars_files, lab.extra_vars_file(f"{key}-upgrade.yml", UPGRADE_VARS)]
+    run = run_playbook(platform_run.inventory, files, lab.path(f"{key}-upgrade-1.log"),
+                       "--tags", UPGRADE_TAGS)
+    record_timing(f"{key}: upgrade to the second versions", run.seconds)
+    return run
 
 
 def test_rocky_upgrade_switches_the_stream_and_installs_the_new_versions(
-        platform_run: PlatformRun, rocky_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+        platform_run: PlatformRun, rocky_upgrade: PlaybookRun) -> None:
     """Stream 580-open -> 590-open with its compute-only set; CUDA 12.9, cuDNN, toolkit moved."""
-    first, _ = rocky_upgrade
-    assert first.returncode == 0, first.explain()
+    assert rocky_upgrade.returncode == 0, rocky_upgrade.explain()
     host = platform_run.host
     streams, listing = _enabled_streams(host)
     assert streams == [["nvidia-driver", "590-open", "[e]"]], listing
@@ -895,9 +904,9 @@ def test_rocky_upgrade_switches_the_stream_and_installs_the_new_versions(
 
 
 def test_rocky_upgrade_locks_the_new_versions_only(
-        platform_run: PlatformRun, rocky_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+        platform_run: PlatformRun, rocky_upgrade: PlaybookRun) -> None:
     """The versionlock entries name the new builds; the old entries are deleted, not kept."""
-    assert rocky_upgrade[0].returncode == 0, rocky_upgrade[0].explain()
+    assert rocky_upgrade.returncode == 0, rocky_upgrade.explain()
     locked = platform_run.host.exec("dnf", "-q", "versionlock", "list").stdout.split()
     assert "nvidia-driver-cuda-3:590.48.01-1.el9.*" in locked, locked
     assert "kmod-nvidia-open-dkms-3:590.48.01-1.el9.*" in locked, locked
@@ -909,17 +918,11 @@ def test_rocky_upgrade_locks_the_new_versions_only(
     assert old == [], "locks on the old versions were kept"
 
 
-def test_rocky_rerun_after_the_upgrade_changes_nothing(
-        rocky_upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
-    _, second = rocky_upgrade
-    assert second.returncode == 0, second.explain()
-    assert second.recap["changed"] == 0, second.explain()
-
-
 @pytest.fixture(scope="module")
-def rocky_flavour_change(platform_run: PlatformRun, rocky_upgrade: tuple[PlaybookRun, PlaybookRun],
+def rocky_flavour_change(platform_run: PlatformRun, rocky_upgrade: PlaybookRun,
                          ) -> tuple[PlaybookRun, PlaybookRun]:
-    """After the upgrade, branch 590 with the proprietary modules (stream 590-dkms), then again.
+    """After the upgrade, branch 590 with the proprietary modules (stream 590-dkms), then the
+    upgrade's roles again (the re-run after both).
 
     Before the fix the lock on kmod-nvidia-open-dkms stayed, and dnf would not erase it
     for kmod-nvidia-latest-dkms, which conflicts with it.
@@ -931,11 +934,20 @@ def rocky_flavour_change(platform_run: PlatformRun, rocky_upgrade: tuple[Playboo
     refused the switch.
     """
     _rocky(platform_run)
-    assert rocky_upgrade[0].returncode == 0, rocky_upgrade[0].explain()
+    assert rocky_upgrade.returncode == 0, rocky_upgrade.explain()
     platform_run.host.exec("dnf", "-y", "-q", "module", "install", "nvidia-driver:590-open")
     return _twice(platform_run, "flavour",
                   {**UPGRADE_VARS, "nvidia_driver_kernel_modules": "proprietary"},
-                  "nvidia_driver", "open -> proprietary modules, same branch")
+                  "nvidia_driver", "open -> proprietary modules, same branch",
+                  again_tags=UPGRADE_TAGS)
+
+
+def test_rocky_rerun_after_the_upgrade_and_the_flavour_change_changes_nothing(
+        rocky_flavour_change: tuple[PlaybookRun, PlaybookRun]) -> None:
+    """The driver, CUDA, cuDNN and the toolkit: nothing left to do after either transition."""
+    _, second = rocky_flavour_change
+    assert second.returncode == 0, second.explain()
+    assert second.recap["changed"] == 0, second.explain()
 
 
 def test_rocky_flavour_change_switches_the_stream_and_the_locked_module(

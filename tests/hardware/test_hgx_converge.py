@@ -94,6 +94,9 @@ def converge_the_hgx_host(job: JobContext) -> HgxRun:
     host.exec("systemctl", "daemon-reload")
     host.exec("systemctl", "enable", "--now", "nvidia-dcgm")
     variables = {**repos.ansible_vars(base_url), **CONTAINER_VARS,
+                 # The kernel headers are not what this host is about (test_site.py's converge
+                 # installs them); a package already present keeps their install out of it.
+                 "nvidia_driver_kernel_headers_packages": ["kmod"],
                  "nvidia_driver_pci_devices_path": devices}
     vars_file = workdir / "hgx-vars.yml"
     vars_file.write_text(yaml.safe_dump(variables))
