@@ -19,9 +19,12 @@ from tests.support.docker_engine import engine_client
 CHUNK_BYTES = 1 << 20
 
 
-def layers_holding(image: str, needles: Iterable[bytes]) -> set[bytes]:
-    """The needles found anywhere in ``image``'s layers (one ``docker save``, streamed)."""
-    return needles_in(engine_client().images.get(image).save(chunk_size=CHUNK_BYTES), needles)
+def layers_holding(image: str, needles: Iterable[bytes],
+                   docker_host: str | None = None) -> set[bytes]:
+    """The needles found anywhere in ``image``'s layers (one ``docker save``, streamed), on the
+    engine at ``docker_host`` (else ``DOCKER_HOST``)."""
+    export = engine_client(docker_host).images.get(image).save(chunk_size=CHUNK_BYTES)
+    return needles_in(export, needles)
 
 
 def needles_in(chunks: Iterable[bytes], needles: Iterable[bytes]) -> set[bytes]:

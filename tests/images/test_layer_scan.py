@@ -89,8 +89,13 @@ class _EngineHandler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def slow_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """DOCKER_HOST at a stand-in engine whose export takes longer than docker-py's default."""
+def slow_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A stand-in engine whose export takes longer than docker-py's default: its address.
+
+    Given to the scan as an argument, not in DOCKER_HOST: the background jobs' plays and
+    containers read DOCKER_HOST while this test runs (one of them once got this engine's
+    404 for its `docker exec`).
+    """
     import docker.client
 
     monkeypatch.setattr(docker.client, "DEFAULT_TIMEOUT_SECONDS", 1)
@@ -98,16 +103,16 @@ def slow_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
                                _export(b"-----BEGIN CERTIFICATE-----\n" + SECRET), delay_s=3)
     thread = threading.Thread(target=engine.serve_forever, daemon=True)
     thread.start()
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'engine.sock'}")
     try:
-        yield
+        yield f"unix://{tmp_path / 'engine.sock'}"
     finally:
         engine.shutdown()
         engine.server_close()
 
 
-def test_the_scan_waits_for_an_export_slower_than_the_client_default(slow_engine: None) -> None:
-    found = layers_holding("stand-in:latest", [SECRET, b"BEGIN CERTIFICATE", b"not there"])
+def test_the_scan_waits_for_an_export_slower_than_the_client_default(slow_engine: str) -> None:
+    found = layers_holding("stand-in:latest", [SECRET, b"BEGIN CERTIFICATE", b"not there"],
+                           docker_host=slow_engine)
     assert found == {SECRET, b"BEGIN CERTIFICATE"}
 
 

@@ -30,10 +30,18 @@ BASE_IMAGE = REPO / "scripts" / "build-base-image.sh"
 SLOW_REPLY_TIMEOUT_S = 1800
 
 
-def engine_client() -> Any:
-    """A ``docker.DockerClient`` for ``DOCKER_HOST`` that waits out the engine's slow replies."""
+def engine_client(docker_host: str | None = None) -> Any:
+    """A ``docker.DockerClient`` for ``docker_host`` (else ``DOCKER_HOST``) that waits out the
+    engine's slow replies.
+
+    Why a test gives its own engine as an argument, never in ``DOCKER_HOST``: the
+    environment is the whole process's, and the background jobs' containers and plays
+    (tests/support/background.py) would reach that engine for as long as the test runs.
+    """
     import docker
 
+    if docker_host is not None:
+        return docker.DockerClient(base_url=docker_host, timeout=SLOW_REPLY_TIMEOUT_S)
     return docker.from_env(timeout=SLOW_REPLY_TIMEOUT_S)
 
 

@@ -8,6 +8,7 @@ to a journal file, with times, so the order of events can be asserted.
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -357,3 +358,22 @@ def test_a_job_per_parameter_runs_only_for_the_parameters_selected(
     result.assert_outcomes(passed=3)
     names = _names(_events(pytester.path / "journal.txt"))
     assert [name for name in names if name.startswith("job")] == ["job old-a", "job old-b"]
+
+
+# Where a test may set the engine for the whole process: the engine's own fixture.
+ENGINE_OWNER = REPO / "tests" / "support" / "docker_engine.py"
+SETS_DOCKER_HOST = re.compile(
+    r"""setenv\(\s*["']DOCKER_HOST["']|putenv\(\s*["']DOCKER_HOST["']"""
+    r"""|environ\[\s*["']DOCKER_HOST["']\s*\]\s*=[^=]""")
+
+
+def test_no_test_points_the_whole_process_at_another_engine() -> None:
+    """The background jobs' `docker` commands and plays read DOCKER_HOST from the process's
+    environment while the foreground's tests run: a test that sets it to a stand-in engine
+    (an HTTP server on a socket) sends them there. A test gives its engine as an argument
+    (tests/support/docker_engine.py, engine_client)."""
+    offenders = [f"{path.relative_to(REPO)}:{number}"
+                 for path in sorted((REPO / "tests").rglob("*.py")) if path != ENGINE_OWNER
+                 for number, line in enumerate(path.read_text().splitlines(), start=1)
+                 if SETS_DOCKER_HOST.search(line) and "SETS_DOCKER_HOST" not in line]
+    assert offenders == []
