@@ -3,13 +3,15 @@ run through Ansible on this machine against the nvidia-smi stub.
 
 HGX A100 reports no fabric state in `nvidia-smi -q` (N/A: NVML's fabric info is for
 Hopper and newer), so the check must accept N/A there as long as Fabric Manager is
-running, and still insist on Completed/Success on Hopper and newer. A fake
+running, and still insist on Completed/Success on Hopper and newer; Fabric Manager
+must be running on both (a GPU's "Completed" outlives the daemon). A fake
 `systemctl` on PATH answers `is-active` as a test tells it to.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,9 +104,36 @@ def test_a_fabric_manager_that_is_not_running_fails_at_once_with_its_log(tmp_pat
 
 
 def test_hgx_h100_passes_once_the_fabric_is_completed(tmp_path: Path) -> None:
-    run = _fabric_check(tmp_path, H100_HGX, fabric_done=True, fabric_manager="failed")
-    assert run.returncode == 0, run.explain()  # systemctl is not asked: the state says it all
+    run = _fabric_check(tmp_path, H100_HGX, fabric_done=True, fabric_manager="active")
+    assert run.returncode == 0, run.explain()
     assert "NVLink fabric initialised on 8 GPU(s): State Completed, Status Success" in run.output
+
+
+def _systemd_active_states() -> list[str]:
+    """Every unit active state this machine's systemd defines (`systemctl --state=help`)."""
+    listing = subprocess.run(["systemctl", "--state=help"], capture_output=True, text=True,
+                             check=True).stdout
+    section = listing.split("Available unit active states:", 1)[1].split("Available", 1)[0]
+    return section.split()
+
+
+# Running: `active`, and `reloading` (a running daemon rereading its configuration).
+NOT_RUNNING = [state for state in _systemd_active_states() if state not in ("active", "reloading")]
+
+
+@pytest.mark.parametrize("fabric_manager", [*NOT_RUNNING, ""])
+def test_a_completed_fabric_does_not_pass_without_a_running_fabric_manager(
+        tmp_path: Path, fabric_manager: str) -> None:
+    """A GPU keeps "Completed" after Fabric Manager exits (until the GPU is reset): on a host
+    whose Fabric Manager died, or no longer starts, the state is stale, and the play fails
+    naming the daemon's state, whatever systemd calls it ("" : a unit systemd does not know)."""
+    run = _fabric_check(tmp_path, H100_HGX, fabric_done=True, fabric_manager=fabric_manager)
+    assert run.returncode != 0, run.explain()
+    assert run.failed_task.endswith("Fail when Fabric Manager is not running, with the last lines"
+                                    " of its log"), run.explain()
+    flat = " ".join(run.output.split())
+    assert f"Fabric Manager is {fabric_manager or 'not known to systemd'} on localhost" in flat
+    assert "Completed/Success" in flat
 
 
 def test_hgx_h100_in_progress_fails_naming_the_state(tmp_path: Path) -> None:

@@ -578,6 +578,8 @@ def test_the_pinned_fabric_manager_rerun_changes_nothing(point_release: PointRel
 # A Fabric Manager that cannot start (here: a configuration it rejects) fails the play in
 # the first round of the fabric wait, with the last lines of its log, not after
 # nvidia_driver_fabric_timeout (300 s: the module's timeout guards against that wait).
+# The GPUs still report the fabric "Completed" from the daemon that ran before, as real
+# GPUs do after Fabric Manager exits: the play must not take that for a managed fabric.
 @dataclass
 class BrokenFabricRun:
     run: PlaybookRun
@@ -609,10 +611,11 @@ def test_a_fabric_manager_that_cannot_start_fails_the_play_with_its_log(
         broken_fabric_manager: BrokenFabricRun) -> None:
     run = broken_fabric_manager.run
     assert broken_fabric_manager.state == "failed"
-    assert run.returncode != 0
+    assert run.returncode != 0, run.explain()
     assert run.failed_task == ("nvidia_driver : Fail when Fabric Manager is not running, with the "
                                "last lines of its log"), run.explain()
     assert _said(run, "Fabric Manager is failed on")
+    assert _said(run, "Fabric State/Status per GPU: " + ", ".join(["Completed/Success"] * 8))
     assert _said(run, "invalid FABRIC_MODE value 9 in config file "
                       "/usr/share/nvidia/nvswitch/fabricmanager.cfg")
 
