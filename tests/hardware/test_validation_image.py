@@ -33,6 +33,19 @@ def _run(tmp_path: Path, name: str, variables: dict[str, object]) -> PlaybookRun
     return run_role_tasks(tmp_path, name, "gpu_validate", "image", variables)
 
 
+def _look(directory: Path, seen: dict[str, int]) -> None:
+    """Add every path under `directory` to `seen` with its mode, once. Paths come and go
+    while it looks (Ansible's payloads): os.walk passes over a directory removed between
+    its listing and its reading, where pathlib's rglob raises and ended the watch."""
+    for root, dirs, files in os.walk(directory):
+        for name in (*dirs, *files):
+            path = Path(root, name)
+            try:
+                seen.setdefault(str(path.relative_to(directory)), path.lstat().st_mode)
+            except FileNotFoundError:
+                continue
+
+
 @contextmanager
 def _watched(directory: Path) -> Iterator[dict[str, int]]:
     """Every path that appears under `directory` while the block runs, with its mode
@@ -43,11 +56,7 @@ def _watched(directory: Path) -> Iterator[dict[str, int]]:
 
     def watch() -> None:
         while not done.is_set():
-            for path in directory.rglob("*"):
-                try:
-                    seen.setdefault(str(path.relative_to(directory)), path.lstat().st_mode)
-                except FileNotFoundError:
-                    continue
+            _look(directory, seen)
             done.wait(0.005)
 
     watcher = threading.Thread(target=watch, name="tmpdir-watch", daemon=True)
@@ -57,6 +66,26 @@ def _watched(directory: Path) -> Iterator[dict[str, int]]:
     finally:
         done.set()
         watcher.join(timeout=10)
+
+
+def test_the_watch_passes_over_a_directory_removed_while_it_looks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory listed, then gone before it is read (os.scandir raises), is passed
+    over and the rest is still seen: the watch must outlast the payloads it watches."""
+    for name in ("gone/payload", "kept/context.tar.gz"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    scandir = os.scandir
+
+    def vanishing(path: str = ".") -> Iterator[os.DirEntry[str]]:
+        if Path(path) == tmp_path / "gone":
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", vanishing)
+    seen: dict[str, int] = {}
+    _look(tmp_path, seen)
+    assert sorted(seen) == ["gone", "kept", "kept/context.tar.gz"]
 
 
 def test_an_unqualified_image_is_built_on_the_host_not_pulled(
