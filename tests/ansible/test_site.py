@@ -189,11 +189,21 @@ def test_wrong_key_stops_the_play_at_the_repository(scenarios: Scenarios) -> Non
 
 
 def test_repository_signed_by_another_key_is_rejected_by_apt(scenarios: Scenarios) -> None:
+    """apt refuses the signature: the play stops at once, naming apt's line and the fix.
+
+    A retry cannot change a signature; the apt module retried it five times with growing
+    pauses (about half a minute, a warning per try) before it failed.
+    """
     run = scenarios.fresh.result().wrong_signer
     assert run.returncode != 0
-    refresh = "repo_trust : Read the index of NVIDIA's CUDA repository"
-    assert run.failed_task == refresh, run.explain()
-    assert "NO_PUBKEY" in run.output or "not signed" in run.output, run.explain()
+    stop = "repo_trust : Stop when apt did not read the index of NVIDIA's CUDA repository"
+    assert run.failed_task == stop, run.explain()
+    flat = " ".join(run.output.split())
+    assert "apt refused a repository while reading the index of NVIDIA's CUDA repository" in flat
+    assert "NO_PUBKEY" in flat or "not signed" in flat, run.explain()
+    assert "not signed by the pinned key" in flat
+    assert "Sleeping for" not in run.output and "FAILED - RETRYING" not in run.output, (
+        run.explain())
 
 
 # --- unsupported OS -----------------------------------------------------------------

@@ -218,6 +218,11 @@ def test_run_interrupted_before_the_index_refresh_recovers(runs: TrustRuns) -> N
     refresh = "repo_trust : Read the index of NVIDIA's CUDA repository"
     assert first.returncode != 0
     assert "index" in first.failed_task, first.explain()  # stopped at the refresh, not before
+    # A download that failed is tried again, then named with its fix (a refusal is not retried).
+    flat = " ".join(first.output.split())
+    assert ("apt-get update could not download the indexes for NVIDIA's CUDA repository after 4"
+            " tries") in flat, first.explain()
+    assert "check the host's network, proxy and DNS" in flat
     assert runs.interrupted.sources_written, (
         "the first run should have written the sources file before it stopped")
     assert second.returncode == 0, second.explain()
