@@ -158,12 +158,13 @@ def _persistence(root: Path) -> list[str]:
     return full
 
 
-def _start_daemon(root: Path, exec_start: str) -> int:
+def _start_daemon(root: Path, exec_start: str, path: str | None = None) -> int:
     """Run the unit's ExecStart with the stub as the binary, as systemd does (Type=forking)."""
     words = shlex.split(exec_start)
     assert words[0] == "/usr/bin/nvidia-persistenced", exec_start
     started = subprocess.run(["sh", str(STUBS / "nvidia-persistenced"), *words[1:]],
-                             env={"NVIDIA_STUB_ROOT": str(root), "PATH": os.environ["PATH"]},
+                             env={"NVIDIA_STUB_ROOT": str(root),
+                                  "PATH": path or os.environ["PATH"]},
                              capture_output=True, text=True, timeout=10, check=False)
     assert started.returncode == 0, started.stderr  # the parent returns once the child runs
     return int((root / "var/run/nvidia-persistenced/nvidia-persistenced.pid").read_text())
@@ -204,3 +205,27 @@ def test_persistenced_sets_persistence_as_its_unit_starts_it(
         assert _persistence(root) == ["Enabled"] * 2
     finally:
         _stop_daemon(root, pid)
+
+
+def test_persistence_goes_off_even_when_nothing_forked_after_the_sigterm_runs(
+        tmp_path: Path) -> None:
+    """systemctl stop: SIGTERM to the unit's cgroup, and again once the main process exits.
+
+    A process the daemon forks on its way out can be killed before it runs. Here every `rm`
+    does nothing (as if killed at once): persistence mode must still go off, because the
+    daemon turns it off itself, as the real one does. Before, the stub removed its state file
+    with `rm`, and a GPU could read Enabled long after the stop (test_site.py saw it).
+    """
+    root = _stub_root(tmp_path, H100_PCIE)
+    killed = tmp_path / "killed-at-once"
+    killed.mkdir()
+    (killed / "rm").write_text("#!/bin/sh\nexit 0\n")
+    (killed / "rm").chmod(0o755)
+    pid = _start_daemon(root, "/usr/bin/nvidia-persistenced --persistence-mode",
+                        path=f"{killed}:{os.environ['PATH']}")
+    assert _persistence(root) == ["Enabled"] * 2
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _persistence(root) == ["Disabled"] * 2
