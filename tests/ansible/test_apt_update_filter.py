@@ -1,8 +1,12 @@
 """apt_update_problem: a refused repository stops at once, a failed download is retried.
 
-The failure lines are apt's own messages (apt-pkg/acquire-item.cc, apt-pkg/sourcelist.cc,
-apt 3's sqv verifier), in apt 2's "E:/W:" form and apt 3's "Error:/Warning:" form, the way
-apt-get prints them with the C locale. The Hypothesis family buries one of them among
+The failure lines are apt's messages in apt 2's "E:/W:" form and apt 3's "Error:/Warning:"
+form, as apt-get prints them with the C locale. Where they come from: the NO_PUBKEY and "is not
+signed" lines are what Debian 12's apt 2.6 printed in this suite's wrong-signer play; the apt 3
+lines (sqv's "Missing key", "OpenPGP signature verification failed") are copied from real hosts'
+logs in public reports; the rest (EXPKEYSIG/BADSIG, Signed-By conflicts, Release file validity,
+a changed Origin) follow apt's message texts as its users report them, not read from apt's
+source here. The Hypothesis family buries one of them among
 what apt-get prints on every run (Hit/Get/Ign lines, harmless warnings) with any
 repository URL; the play-level check is in tests/ansible/test_site.py
 (test_repository_signed_by_another_key_is_rejected_by_apt).
