@@ -69,8 +69,9 @@ def apt_update_problem(result: Mapping[str, Any]) -> dict[str, Any]:
     """Classify a registered `apt-get update` result: '' (read), 'refused' or 'fetch'."""
     text = "\n".join(str(result.get(stream) or "") for stream in ("stdout", "stderr"))
     lines = _problem_lines(text)
-    if any(_REFUSED.search(line) for line in lines):
-        return {"kind": "refused", "lines": [line for line in lines if _REFUSED.search(line)]}
+    refused = [line for line in lines if _REFUSED.search(line)]
+    if refused:
+        return {"kind": "refused", "lines": refused}
     if lines or int(result.get("rc") or 0) != 0:
         return {"kind": "fetch", "lines": lines or [f"apt-get update exited {result.get('rc')}"]}
     return {"kind": "", "lines": []}
