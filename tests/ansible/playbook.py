@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,15 +114,20 @@ def run_playbook(
     return PlaybookRun(result.returncode, result.stdout + result.stderr, log, seconds)
 
 
-def run_local_play(workdir: Path, play: list[dict[str, object]]) -> PlaybookRun:
+def run_local_play(workdir: Path, play: list[dict[str, object]],
+                   hosts: Mapping[str, Mapping[str, object]] | None = None) -> PlaybookRun:
     """Run `play` (a playbook's plays) against this machine, with the suite's Python.
 
     For tests that drive one role's tasks (`include_role ... tasks_from`) against
     stubs on PATH: no container, no vault, the role path of ansible/ansible.cfg.
+    `hosts` names several local hosts with their own variables (one play, several cases);
+    without it the one host is `localhost`.
     """
     playbook = workdir / "play.yml"
     playbook.write_text(yaml.safe_dump(play, sort_keys=False))
     inventory = workdir / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    every = hosts or {"localhost": {}}
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        name: {**local, **host_vars} for name, host_vars in every.items()}}}))
     return run_playbook(inventory, [], workdir / "play.log", playbook=str(playbook), vault=None)
