@@ -201,7 +201,7 @@ def test_repository_signed_by_another_key_is_rejected_by_apt(scenarios: Scenario
     flat = " ".join(run.output.split())
     assert "apt refused a repository while reading the index of NVIDIA's CUDA repository" in flat
     assert "NO_PUBKEY" in flat or "not signed" in flat, run.explain()
-    assert "not signed by the pinned key" in flat
+    assert "not signed by the key its entry trusts" in flat
     assert "Sleeping for" not in run.output and "FAILED - RETRYING" not in run.output, (
         run.explain())
 

@@ -9,6 +9,7 @@ install guides set up first is a brownfield stand-in of test_platforms.py.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 
 from tests.ansible.playbook import PlaybookRun
 from tests.ansible.target import TEST_USER
-from tests.ansible.trust_lab import APPENDED, TWO_KEYS, TrustLab, trust_lab
+from tests.ansible.trust_lab import APPENDED, CUDA_DIR, EVIL, TWO_KEYS, TrustLab, trust_lab
 from tests.support.background import AFTER_RUN_LAST, BackgroundJobs, JobContext, background_job
 from tests.support.docker_engine import ensure_engine
 
@@ -57,6 +58,15 @@ class InterruptedRuns:
 
 
 @dataclass(frozen=True)
+class OtherRepositoryRun:
+    """A run on a host whose own sources name another vendor's repository that apt refuses."""
+
+    run: PlaybookRun
+    entry: str  # the host's entry for that repository
+    headers_installed: bool
+
+
+@dataclass(frozen=True)
 class SymlinkRuns:
     ngc: PlaybookRun
     etc_docker: list[str]  # owner and mode of /etc/docker
@@ -72,6 +82,7 @@ class TrustRuns:
 
     key_files: dict[str, KeyFileRun]  # by the key file's folder
     interrupted: InterruptedRuns
+    other_repository: OtherRepositoryRun
     symlinks: SymlinkRuns
     cuda_fingerprint: str
     extra_fingerprint: str
@@ -130,6 +141,24 @@ exit 0
 """
 
 
+def _other_repository_run(lab: TrustLab) -> OtherRepositoryRun:
+    """The host already has another vendor's repository in its sources (one-line, no
+    signed-by: trusted.gpg.d's keys) whose Release is signed by a key the host lacks; the
+    kernel headers are missing, so the role reads the distribution's index first."""
+    vendor = lab.flaky_root / "other-vendor"
+    shutil.copytree(lab.repos.root / EVIL / CUDA_DIR, vendor)
+    entry = f"deb {lab.flaky_url}/other-vendor/ /"
+    host, inventory = lab.start(f"tfhost-trust-other-repo-{SUFFIX}")
+    try:
+        host.exec("tee", "/etc/apt/sources.list.d/other-vendor.list", stdin=entry + "\n")
+        run = lab.run(inventory, "other-repository-refused", None, "--tags", "nvidia_driver")
+        headers = host.exec("dpkg-query", "--show", "linux-headers-amd64",
+                            check=False).returncode == 0
+    finally:
+        host.remove()
+    return OtherRepositoryRun(run, entry, headers)
+
+
 def _symlink_runs(lab: TrustLab) -> SymlinkRuns:
     """~/.docker -> /etc/docker for the ngc role; a venv its owner can change for
     tensorflow_host."""
@@ -166,9 +195,11 @@ def _trust_runs(job: JobContext) -> TrustRuns:
         key_files = {str(key_file.parent): _key_file_run(lab, key_file)
                      for key_file in (TWO_KEYS, APPENDED)}
         interrupted = _interrupted_runs(lab)
+        other_repository = _other_repository_run(lab)
         symlinks = _symlink_runs(lab)
-        return TrustRuns(key_files, interrupted, symlinks, lab.repos.cuda_fingerprint,
-                         lab.extra_fingerprint, lab.http_log.read_text())
+        return TrustRuns(key_files, interrupted, other_repository, symlinks,
+                         lab.repos.cuda_fingerprint, lab.extra_fingerprint,
+                         lab.http_log.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +251,7 @@ def test_run_interrupted_before_the_index_refresh_recovers(runs: TrustRuns) -> N
     assert "index" in first.failed_task, first.explain()  # stopped at the refresh, not before
     # A download that failed is tried again, then named with its fix (a refusal is not retried).
     flat = " ".join(first.output.split())
-    assert ("apt-get update could not download the indexes for NVIDIA's CUDA repository after 4"
+    assert ("apt-get update could not download the index of NVIDIA's CUDA repository after 4"
             " tries") in flat, first.explain()
     assert "check the host's network, proxy and DNS" in flat
     assert runs.interrupted.sources_written, (
@@ -229,6 +260,28 @@ def test_run_interrupted_before_the_index_refresh_recovers(runs: TrustRuns) -> N
     assert _task_status(second.output, refresh) == "changed", second.explain()
     assert runs.interrupted.smi_installed, (
         "the driver (nvidia-smi) was not installed by the second run")
+
+
+def test_another_repository_that_apt_refuses_stops_the_play_at_once_naming_it(
+        runs: TrustRuns) -> None:
+    """A host's own third-party repository whose signature apt refuses (a vendor's expired or
+    rotated key is the common case). The role's first index read, for the kernel headers,
+    stops the play at once with apt's line, which names that repository, and the fix. Before,
+    the apt module's update_cache retried it five times with growing pauses and failed the
+    headers' install with apt's lines run together."""
+    scenario = runs.other_repository
+    run = scenario.run
+    assert run.returncode != 0
+    assert run.failed_task == ("repo_trust : Stop when apt did not read the distribution's package"
+                               " index (for HTTPS support and the kernel headers)"), run.explain()
+    flat = " ".join(run.output.split())
+    assert ("apt refused a repository while reading the distribution's package index (for HTTPS"
+            " support and the kernel headers) (not retried") in flat, run.explain()
+    assert "/other-vendor/" in flat and ("NO_PUBKEY" in flat or "not signed" in flat)
+    assert "fix or remove that entry on the host" in flat
+    assert "Sleeping for" not in run.output and "FAILED - RETRYING" not in run.output, (
+        run.explain())
+    assert not scenario.headers_installed
 
 
 def test_no_root_through_user_owned_paths(runs: TrustRuns) -> None:

@@ -1,0 +1,63 @@
+"""apt_get_update (repo_trust's library) and the rule that every apt refresh goes through it.
+
+The module runs `apt-get update` unless apt's indexes are younger than `max_age`, the apt
+module's `cache_valid_time` test; the stop-or-retry decision is the `apt_update_problem`
+filter's (tests/ansible/test_apt_update_filter.py). The play-level checks: a refused
+repository on the host stops the play at once (tests/ansible/test_trust.py,
+test_site.py), a failed download is retried (test_trust.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+from types import ModuleType
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.ansible.playbook import ANSIBLE_DIR
+
+
+def _load() -> ModuleType:
+    path = ANSIBLE_DIR / "roles" / "repo_trust" / "library" / "apt_get_update.py"
+    spec = importlib.util.spec_from_file_location("apt_get_update", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+update = _load()
+
+
+@given(age=st.one_of(st.none(), st.floats(min_value=-1e7, max_value=1e7)),
+       max_age=st.integers(min_value=-10, max_value=10**6))
+def test_indexes_are_fresh_only_when_younger_than_max_age(age: float | None,
+                                                          max_age: int) -> None:
+    """0 (or less) reads always; no stamp, or one from the future (a clock set back), reads."""
+    assert update.is_fresh(age, max_age) is (
+        max_age > 0 and age is not None and 0 <= age < max_age)
+
+
+def test_the_first_stamp_that_exists_gives_the_age(tmp_path: Path) -> None:
+    stamp, lists = tmp_path / "update-success-stamp", tmp_path / "lists"
+    lists.mkdir()
+    os.utime(lists, (1000, 1000))
+    assert update.indexes_age(1600.0, (str(stamp), str(lists))) == 600.0
+    stamp.touch()
+    os.utime(stamp, (1500, 1500))
+    assert update.indexes_age(1600.0, (str(stamp), str(lists))) == 100.0
+    assert update.indexes_age(1600.0, (str(tmp_path / "none"),)) is None
+
+
+def test_no_role_reads_apt_indexes_with_the_apt_modules_update_cache() -> None:
+    """The apt module retries a refused repository five times and then cannot say which kind
+    of failure it was; every refresh is repo_trust's apt_update (or apt_index) instead."""
+    offenders = [f"{path.relative_to(ANSIBLE_DIR)}:{number}"
+                 for path in sorted((ANSIBLE_DIR / "roles").rglob("*.yml"))
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if re.match(r"\s*(update_cache|cache_valid_time)\s*:", line)]
+    assert offenders == []
