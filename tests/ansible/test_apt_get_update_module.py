@@ -61,3 +61,31 @@ def test_no_role_reads_apt_indexes_with_the_apt_modules_update_cache() -> None:
                  for number, line in enumerate(path.read_text().splitlines(), 1)
                  if re.match(r"\s*(update_cache|cache_valid_time)\s*:", line)]
     assert offenders == []
+
+
+USERINFO = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Z", "Cc"),
+                                 exclude_characters="/"), min_size=1, max_size=30)
+
+
+@given(user=USERINFO, password=USERINFO,
+       scheme=st.sampled_from(["http", "https", "tor+https", "mirror+http"]),
+       line=st.sampled_from([
+           "Err:5 {uri} bookworm InRelease\n  401  Unauthorized [IP: 127.0.0.1 443]",
+           "E: Failed to fetch {uri}dists/bookworm/InRelease  401  Unauthorized",
+           "W: GPG error: {uri} ./ InRelease: NO_PUBKEY A4B469963BF863CC",
+           "Hit:1 {uri} ./ InRelease"]))
+def test_a_password_in_a_sources_uri_never_leaves_the_module(
+        user: str, password: str, scheme: str, line: str) -> None:
+    """A credential written into the entry (auth.conf is the documented place) is what apt's
+    lines would quote; the module returns them with *** in its place."""
+    uri = f"{scheme}://{user}:{password}@repo.example.com/private/"
+    redacted = update.redact(f"Reading package lists...\n{line.format(uri=uri)}\n")
+    assert f"{user}:{password}" not in redacted
+    assert f"{scheme}://***@repo.example.com/private/" in redacted
+
+
+def test_text_without_credentials_is_unchanged() -> None:
+    text = ("Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]\n"
+            "E: Failed to fetch https://[::1]:8443/x/ ./ Release  404  Not Found\n"
+            "W: mail me at ops@example.com\n")
+    assert update.redact(text) == text

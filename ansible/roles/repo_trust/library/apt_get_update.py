@@ -13,6 +13,7 @@ rule reads apt's messages for every refresh the roles make.
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -29,6 +30,9 @@ description:
   - With C(max_age) above 0, does nothing when apt's indexes were read less than that many
     seconds ago - the same test as the apt module's C(cache_valid_time) (the mtime of
     C(/var/lib/apt/periodic/update-success-stamp), else of C(/var/lib/apt/lists)).
+  - A password in a source's URI (C(https://user:secret@host/...), where apt's auth.conf is the
+    documented place) is replaced by C(***) in what the module returns, so that apt's lines can
+    be shown in the play's messages and logs.
   - Not run in check mode (it would change the host's indexes).
 options:
   max_age:
@@ -67,6 +71,15 @@ fresh:
 STAMPS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
 
 
+# scheme://user:password@ (or scheme://token@): what apt's lines may quote from a sources entry.
+_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s]+@")
+
+
+def redact(text: str) -> str:
+    """apt's output with the credentials of every URI in it replaced by ***."""
+    return _CREDENTIALS.sub(r"\1***@", text)
+
+
 def indexes_age(now: float, stamps: tuple[str, ...] = STAMPS) -> float | None:
     """Seconds since apt last read its indexes, by the first stamp that exists; None if none."""
     for stamp in stamps:
@@ -89,7 +102,8 @@ def main() -> None:
         module.exit_json(changed=False, fresh=True, rc=0, stdout="", stderr="")
     rc, stdout, stderr = module.run_command(["apt-get", "update"],
                                             environ_update={"LC_ALL": "C.UTF-8"})
-    result: dict[str, Any] = {"rc": rc, "stdout": stdout, "stderr": stderr, "fresh": False}
+    result: dict[str, Any] = {"rc": rc, "stdout": redact(stdout), "stderr": redact(stderr),
+                              "fresh": False}
     module.exit_json(changed=False, **result)
 
 
