@@ -253,6 +253,7 @@ def test_run_interrupted_before_the_index_refresh_recovers(runs: TrustRuns) -> N
     assert ("apt-get update could not download the index of NVIDIA's CUDA repository after 4"
             " tries") in flat, first.explain()
     assert "check the host's network, proxy and DNS" in flat
+    assert ".. Nothing was installed" not in flat
     assert runs.interrupted.sources_written, (
         "the first run should have written the sources file before it stopped")
     assert second.returncode == 0, second.explain()
@@ -278,6 +279,7 @@ def test_another_repository_that_apt_refuses_stops_the_play_at_once_naming_it(
             " retried") in flat, run.explain()
     assert "/other-vendor" in flat and ("NO_PUBKEY" in flat or "not signed" in flat)
     assert "fix or remove that entry on the host" in flat
+    assert ".. Nothing was installed" not in flat  # apt's own full stop is not doubled
     assert "Sleeping for" not in run.output and "FAILED - RETRYING" not in run.output, (
         run.explain())
     assert not scenario.driver_installed

@@ -65,6 +65,9 @@ stderr:
 fresh:
   description: True when the indexes were fresh and apt-get did not run.
   type: bool
+msg:
+  description: apt-get's exit status in words, or that the indexes were fresh.
+  type: str
 """
 
 # Where apt (update-notifier's hook, the apt module) and apt-get record the last read.
@@ -99,11 +102,13 @@ def main() -> None:
     module = AnsibleModule(argument_spec={"max_age": {"type": "int", "default": 0}},
                            supports_check_mode=False)
     if is_fresh(indexes_age(time.time()), module.params["max_age"]):
-        module.exit_json(changed=False, fresh=True, rc=0, stdout="", stderr="")
+        module.exit_json(changed=False, fresh=True, rc=0, stdout="", stderr="",
+                         msg=f"apt's indexes are younger than {module.params['max_age']} s")
     rc, stdout, stderr = module.run_command(["apt-get", "update"],
                                             environ_update={"LC_ALL": "C.UTF-8"})
+    # Said here: without a msg, Ansible writes "Action failed: Unknown error" beside rc != 0.
     result: dict[str, Any] = {"rc": rc, "stdout": redact(stdout), "stderr": redact(stderr),
-                              "fresh": False}
+                              "fresh": False, "msg": f"apt-get update exited {rc}"}
     module.exit_json(changed=False, **result)
 
 
