@@ -39,6 +39,7 @@ import pytest
 import yaml
 
 from tests.ansible.playbook import RECAP, REPO, PlaybookRun, run_playbook
+from tests.fleet.rule_reasons import fails_by_the_rules
 from tests.images.fixtures import cpu_image
 from workloads.fleet.outliers import FAIL_GAP
 
@@ -210,7 +211,7 @@ def test_the_slow_host_fails_for_its_compute_checks(fleet_run: FleetRun) -> None
         # A quick figure can also come out below the fail line of its own limit (the CPU's
         # idle peak the battery measured): allowed when the report's figure says so too.
         failing = [r for r in verdicts[host]["reasons"] if r.startswith("fail")]
-        assert all(re.search("below its (group|baseline)", r)
+        assert all(fails_by_the_rules(r)
                    or _below_its_own_fail_line(report, host, r) for r in failing), \
             f"{verdicts[host]}\n{figures}"
         if any("below its group" in r for r in failing):
