@@ -67,21 +67,29 @@ USERINFO = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Z", "
                                  exclude_characters="/"), min_size=1, max_size=30)
 
 
+# apt 2.6's lines for a repository it refuses, as Debian 12's apt-get printed them in this suite's
+# other-vendor play (tests/ansible/test_trust.py), the repository's URI as {uri}; and a "Hit" line.
+APT_LINES = [
+    "Err:1 {uri}  InRelease\n  The following signatures couldn't be verified because the public"
+    " key is not available: NO_PUBKEY 9B0412C2769679D7",
+    "W: GPG error: {uri}  InRelease: The following signatures couldn't be verified because the"
+    " public key is not available: NO_PUBKEY 9B0412C2769679D7",
+    "E: The repository '{uri}  InRelease' is not signed.",
+    "Hit:2 {uri}  InRelease",
+]
+
+
 @given(user=USERINFO, password=USERINFO,
        scheme=st.sampled_from(["http", "https", "tor+https", "mirror+http"]),
-       line=st.sampled_from([
-           "Err:5 {uri} bookworm InRelease\n  401  Unauthorized [IP: 127.0.0.1 443]",
-           "E: Failed to fetch {uri}dists/bookworm/InRelease  401  Unauthorized",
-           "W: GPG error: {uri} ./ InRelease: NO_PUBKEY A4B469963BF863CC",
-           "Hit:1 {uri} ./ InRelease"]))
+       line=st.sampled_from(APT_LINES))
 def test_a_password_in_a_sources_uri_never_leaves_the_module(
         user: str, password: str, scheme: str, line: str) -> None:
     """A credential written into the entry (auth.conf is the documented place) is what apt's
     lines would quote; the module returns them with *** in its place."""
-    uri = f"{scheme}://{user}:{password}@repo.example.com/private/"
+    uri = f"{scheme}://{user}:{password}@repo.example.com/private"
     redacted = update.redact(f"Reading package lists...\n{line.format(uri=uri)}\n")
     assert f"{user}:{password}" not in redacted
-    assert f"{scheme}://***@repo.example.com/private/" in redacted
+    assert f"{scheme}://***@repo.example.com/private" in redacted
 
 
 def test_text_without_credentials_is_unchanged() -> None:

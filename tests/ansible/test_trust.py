@@ -144,7 +144,8 @@ exit 0
 def _other_repository_run(lab: TrustLab) -> OtherRepositoryRun:
     """The host already has another vendor's repository in its sources (one-line, no
     signed-by: trusted.gpg.d's keys) whose Release is signed by a key the host lacks. The
-    role's first index read (for Debian's contrib component, on this host) meets it."""
+    stand-in's own lists are minutes old (target.py reads them at start), so the headers'
+    read, fresh for an hour, does not run; the contrib read, which always reads, meets it."""
     vendor = lab.flaky_root / "other-vendor"
     shutil.copytree(lab.repos.root / EVIL / CUDA_DIR, vendor)
     entry = f"deb {lab.flaky_url}/other-vendor/ /"
