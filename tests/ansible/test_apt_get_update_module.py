@@ -9,28 +9,17 @@ test_site.py), a failed download is retried (test_trust.py).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from pathlib import Path
-from types import ModuleType
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.ansible.filter_plugin import load_library_module
 from tests.ansible.playbook import ANSIBLE_DIR
 
-
-def _load() -> ModuleType:
-    path = ANSIBLE_DIR / "roles" / "repo_trust" / "library" / "apt_get_update.py"
-    spec = importlib.util.spec_from_file_location("apt_get_update", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-update = _load()
+update = load_library_module("apt_get_update.py", "repo_trust")
 
 
 @given(age=st.one_of(st.none(), st.floats(min_value=-1e7, max_value=1e7)),

@@ -11,32 +11,19 @@ python-apt) and a removed package whose configuration files stay (`rc`, not inst
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
-from tests.ansible.playbook import ANSIBLE_DIR, run_playbook, write_inventory
+from tests.ansible.filter_plugin import load_library_module
+from tests.ansible.playbook import run_playbook, write_inventory
 from tests.ansible.target import docker, start_target, target_image
 from tests.fixtures.aptrepo.debs import StubPackage, build_deb
 
-
-def _load_module() -> ModuleType:
-    path = ANSIBLE_DIR / "library" / "dpkg_package_facts.py"
-    spec = importlib.util.spec_from_file_location("dpkg_package_facts", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-facts = _load_module()
+facts = load_library_module("dpkg_package_facts.py")
 
 
 def _line(status: str, name: str, version: str, arch: str, section: str = "libs") -> str:

@@ -11,18 +11,16 @@ decides from the files' own bytes. The play at the end runs the role's real task
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import struct
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.ansible.filter_plugin import load_filters
+from tests.ansible.filter_plugin import load_filters, load_library_module
 from tests.ansible.playbook import ANSIBLE_DIR, run_local_play
 
 ROLE = ANSIBLE_DIR / "roles" / "nvidia_driver"
@@ -31,16 +29,7 @@ GUID = yaml.safe_load((ROLE / "vars" / "secureboot.yml").read_text())[
 secure_boot_decision = load_filters("secure_boot.py")["secure_boot_decision"]
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("secure_boot_sources",
-                                                  ROLE / "library" / "secure_boot_sources.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-module = _load()
+module = load_library_module("secure_boot_sources.py", "nvidia_driver")
 
 
 def _efivar(data: bytes, attributes: int = 0x06) -> bytes:

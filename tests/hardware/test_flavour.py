@@ -7,16 +7,14 @@ Ansible ships, at unit-test speed.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.ansible.filter_plugin import load_library_module
 from tests.hardware.machines import (
     A100_HGX,
     B200_HGX,
@@ -40,17 +38,7 @@ TABLE: list[dict[str, Any]] = yaml.safe_load(
     (ROLE / "vars" / "gpu_generations.yml").read_text())["__nvidia_driver_gpu_generations"]
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nvidia_gpu_facts",
-                                                  ROLE / "library" / "nvidia_gpu_facts.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-facts = _load()
+facts = load_library_module("nvidia_gpu_facts.py", "nvidia_driver")
 
 
 RETIRED = yaml.safe_load(
