@@ -33,7 +33,9 @@ module = load_library_module("secure_boot_sources.py", "nvidia_driver")
 
 
 def _efivar(data: bytes, attributes: int = 0x06) -> bytes:
-    """An efivarfs file: 4 attribute bytes, little-endian, then the data."""
+    """An efivarfs file: 4 attribute bytes, little-endian, then the data (the kernel's
+    Documentation/filesystems/efivarfs.rst); SecureBoot and SetupMode hold one data byte each
+    (UEFI 2.x, "Globally Defined Variables"), 0x06 = boot-service and runtime access."""
     return struct.pack("<I", attributes) + data
 
 
