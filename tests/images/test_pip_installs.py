@@ -3,7 +3,7 @@
 A corpus walk over every file the repository ships there (shell, Dockerfiles,
 Python, SLURM templates): each pip install must check hashes (--require-hashes),
 fetch nothing (--no-index; or --no-deps with --no-build-isolation on local source),
-or be one of the installs README.md's "Locked, with hashes" section names with the
+or be one of the installs docs/security.md's "Locked, with hashes" section names with the
 reason it cannot be locked. A new unhashed install anywhere fails here until it is
 locked or documented. Offline and well under a second.
 """
@@ -20,14 +20,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
+LOCKS_DOC = REPO / "docs" / "security.md"
 
 # pip's install command, however it is spelled: pip, pip3, python3 -m pip, "pip", "install".
 PIP_INSTALL = re.compile(
     r"""(?:\bpip3?(?:\.\d+)?|-m\s+pip)\s+install\b|["']pip["']\s*,\s*["']install["']""")
 
 # The installs that cannot be hash-locked, each as (file, what identifies the command):
-# README.md's "Locked, with hashes" section gives the reason for each file named here.
+# docs/security.md's "Locked, with hashes" section gives the reason for each file named here.
 DOCUMENTED = {
     # The dev tools (tests and linters) go in after the locked runtime set: not hash-locked,
     # because torch resolves to a local CPU build whose hash is not PyPI's. The build
@@ -117,16 +117,16 @@ def test_every_pip_install_is_hashed_offline_or_documented() -> None:
     loose = [f"{i.path}:{i.line}: {i.command}" for i in _corpus()
              if not (i.hashed or i.offline or i.documented)]
     assert loose == [], ("unhashed pip installs (lock them with --require-hashes, or name them "
-                         "in DOCUMENTED and README.md's 'Locked, with hashes' with the reason):\n"
-                         + "\n".join(loose))
+                         "in DOCUMENTED and docs/security.md's 'Locked, with hashes' with the "
+                         "reason):\n" + "\n".join(loose))
 
 
-def test_every_documented_install_exists_and_the_readme_gives_its_reason() -> None:
-    section = README.read_text().split("### Locked, with hashes", 1)[1].split("\n## ", 1)[0]
+def test_every_documented_install_exists_and_the_lock_doc_gives_its_reason() -> None:
+    section = LOCKS_DOC.read_text().split("## Locked, with hashes", 1)[1].split("\n## ", 1)[0]
     corpus = _corpus()
     for path, marker in DOCUMENTED:
         assert any(i.path == path and marker in i.command for i in corpus), (path, marker)
-        assert f"`{path}`" in section, f"README.md's lock section does not name {path}"
+        assert f"`{path}`" in section, f"docs/security.md's lock section does not name {path}"
 
 
 def test_pip_upgrades_itself_only_from_the_lock() -> None:
