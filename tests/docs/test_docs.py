@@ -1,0 +1,214 @@
+"""Checked docs: every documented command parses, every link resolves, every variable exists.
+
+Reads README.md, docs/*.md and the component READMEs (ansible/README.md,
+ansible/roles/*/README.md, scripts/slurm/README.md, images/README.md, tests/README.md) with
+:mod:`tests.docs.doccheck`, whose docstring lists the command forms it reads: fenced and
+indented code blocks and inline code spans; ``\\`` continuations and ``#`` comments; ``NAME=value``
+prefixes (``KERAS_BACKEND=jax workloads …``), ``sudo``/``srun``/``apptainer exec`` wrappers,
+``python -m workloads``, ``…/bin/workloads``, ``docker run … IMAGE [workloads] …`` and the inner
+command of ``workloads run IMAGE -- …`` and ``workloads monitor … -- workloads …``;
+placeholders such as ``~/my-inventory``, ``<run>`` and ``SPEC.yaml`` as the values they stand for.
+
+Nothing is run: ``workloads`` lines go through ``workloads.cli.build_parser()`` (and ``run``'s
+own second pass), ``ansible-playbook`` lines through the parser ``ansible.cli.playbook.PlaybookCLI``
+builds. The planted cases at the end run the same checks over small synthetic pages, so the
+suite itself shows that a wrong option, an unknown subcommand, a missing playbook, a broken link
+or anchor and an unknown role variable each fail, naming the file and line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.docs import doccheck
+from tests.docs.doccheck import ROOT
+
+PAGES = doccheck.guide_paths(ROOT)
+
+
+def read(rel: str) -> str:
+    return (ROOT / rel).read_text(encoding="utf-8")
+
+
+def test_the_pages_are_found() -> None:
+    """The globs still match the pages this test promises to read."""
+    for rel in ("README.md", "docs/acceptance.md", "docs/provisioning.md", "docs/workloads.md",
+                "docs/sweeps-and-slurm.md", "docs/security.md", "docs/development.md",
+                "docs/gpu-passthrough.md", "docs/benchmarks.md", "ansible/README.md",
+                "ansible/roles/nvidia_driver/README.md", "scripts/slurm/README.md",
+                "images/README.md", "tests/README.md"):
+        assert rel in PAGES
+
+
+@pytest.mark.parametrize("rel", PAGES)
+def test_documented_commands_parse(rel: str) -> None:
+    """Every workloads and ansible-playbook line of the page through the real parsers."""
+    _, problems = doccheck.check_commands(rel, read(rel), ROOT)
+    assert not problems, "\n" + doccheck.report(problems)
+
+
+def test_the_commands_are_read() -> None:
+    """A reader that finds nothing would pass every page: the docs hold dozens of each."""
+    whole = [c for rel in PAGES for c in doccheck.commands_in(rel, read(rel))[0] if c.whole]
+    assert sum(c.program == "workloads" for c in whole) >= 60
+    assert sum(c.program == "ansible-playbook" for c in whole) >= 12
+    readme = {c.argv[0] for c in doccheck.commands_in("README.md", read("README.md"))[0]
+              if c.program == "workloads" and c.argv}
+    assert {"cifar10", "style", "sweep", "run"} <= readme
+
+
+@pytest.mark.parametrize("rel", PAGES)
+def test_relative_links_resolve(rel: str) -> None:
+    _, problems = doccheck.check_links(rel, read(rel), ROOT)
+    assert not problems, "\n" + doccheck.report(problems)
+
+
+@pytest.mark.parametrize("rel", [p for p in PAGES if p not in doccheck.NOT_VARIABLE_DOCS])
+def test_role_variables_exist(rel: str) -> None:
+    """Every role-prefixed name a guide uses is in the role's meta/argument_specs.yml (or is a
+    play variable, module, tag or fact that ansible/ defines)."""
+    _, problems = doccheck.check_variables(rel, read(rel), doccheck.ansible_names(ROOT))
+    assert not problems, "\n" + doccheck.report(problems)
+
+
+def test_front_page_opens_with_the_two_commands() -> None:
+    """The README's first lines are the two commands, and the page stays short."""
+    lines = read("README.md").split("\n")
+    assert lines[0] == "```sh" and lines[3] == "```"
+    assert lines[1].startswith("./scripts/demo.sh    # .venv + the CIFAR-10 benchmark on the CPU")
+    assert lines[2].startswith("./scripts/test.sh    # the whole test suite, exactly as CI runs it")
+    assert len(lines) <= 250
+
+
+def test_every_guide_is_linked_from_the_front_page() -> None:
+    readme = read("README.md")
+    for guide in sorted((ROOT / "docs").glob("*.md")):
+        assert f"](docs/{guide.name}" in readme, f"README.md does not link docs/{guide.name}"
+
+
+# ---------------------------------------------------------------------------- planted errors
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    """A synthetic repository root: one playbook, one guide to link to."""
+    (tmp_path / "ansible").mkdir()
+    (tmp_path / "ansible" / "site.yml").write_text("- hosts: all\n", encoding="utf-8")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "guide.md").write_text("# A guide\n\n## The `errors` check: XIDs\n",
+                                                encoding="utf-8")
+    return tmp_path
+
+
+def problems_of(page: str, root: Path, rel: str = "docs/page.md") -> list[str]:
+    (root / rel).write_text(page, encoding="utf-8")
+    found = doccheck.check_commands(rel, page, root)[1] + doccheck.check_links(rel, page, root)[1]
+    found += doccheck.check_variables(rel, page, doccheck.ansible_names(ROOT))[1]
+    return [str(p) for p in found]
+
+
+GOOD = """\
+# Good
+
+```sh
+workloads accept --quick                 # a comment with --no-such-option in it
+KERAS_BACKEND=jax workloads cifar10 --model cnn --data synthetic \\
+    --epochs 2 --batch-size 64
+.venv/bin/python -m workloads style --weights random --width 64 --output out.png
+sudo .venv/bin/workloads health --since-boot
+docker run --rm --gpus all tfhost/workloads:ngc workloads check --require-gpu
+docker run --rm --gpus all tfhost/workloads:ngc check --require-gpu
+workloads run --gpus 0,1 tfhost/workloads:ngc -- cifar10 --model resnet50v2
+workloads run tfhost/workloads:pip --gpus 0,1 --timeout 3600 -- style --width 512
+workloads monitor --csv gpu.csv -- workloads cifar10
+workloads report --fleet results/acceptance/<run> --baselines results/acceptance/baselines
+workloads COMMAND --help
+cd ansible && ansible-playbook -i ~/my-inventory site.yml --ask-vault-pass --check
+ansible-playbook -i ~/my-inventory site.yml --limit gpu7,localhost -e nvidia_driver_branch=590
+```
+
+Prose may name `workloads report --fleet` or `workloads sweep` without every argument; see
+[the guide](guide.md#the-errors-check-xids), [this page](#good) and `acceptance_enforce: true`.
+"""
+
+
+def test_the_good_forms_pass(site: Path) -> None:
+    assert problems_of(GOOD, site) == []
+    commands, _ = doccheck.commands_in("docs/page.md", GOOD)
+    whole = [c for c in commands if c.whole]
+    assert len(whole) == 13  # each line above, the docker forms included, is read
+
+
+# (page, what the one problem must say): each plants one error on line 3.
+PLANTED = {
+    "wrong option": ("```sh\nworkloads accept --quick\nworkloads accept --quik-typo\n```\n",
+                     "unrecognized arguments: --quik-typo"),
+    "unknown subcommand": ("```sh\nworkloads check\nworkloads acept --quick\n```\n",
+                           "invalid choice: 'acept'"),
+    "wrong option after an env prefix and a continuation": (
+        "```sh\nworkloads check\nKERAS_BACKEND=jax workloads cifar10 --model cnn \\\n"
+        "    --ephocs 2\n```\n",
+        "unrecognized arguments: --ephocs 2"),
+    "wrong option in the image's command": (
+        "```sh\nworkloads check\nworkloads run tfhost/workloads:ngc -- cifar10 --modle cnn\n```\n",
+        "unrecognized arguments: --modle cnn"),
+    "wrong option through docker run": (
+        "```sh\nworkloads check\ndocker run --rm tfhost/workloads:cpu workloads check --gpu\n```\n",
+        "unrecognized arguments: --gpu"),
+    "wrong option through python -m": (
+        "```sh\nworkloads check\npython3 -m workloads sweep x.yaml --devcies 0\n```\n",
+        "unrecognized arguments: --devcies 0"),
+    "wrong ansible-playbook option": (
+        "```sh\nworkloads check\nansible-playbook -i inventory site.yml --chekc\n```\n",
+        "unrecognized arguments: --chekc"),
+    "missing playbook": ("```sh\nworkloads check\nansible-playbook -i inventory sites.yml\n```\n",
+                         "playbook sites.yml is not in ansible/"),
+    "broken link": ("# Page\n\nok\nSee [the guide](guidee.md).\n", "guidee.md does not exist"),
+    "broken anchor": ("# Page\n\nok\nSee [XIDs](guide.md#the-errors-check-xid).\n",
+                      "no heading #the-errors-check-xid in guide.md"),
+    "broken anchor in the page itself": ("# Page\n\nok\nSee [above](#pages).\n",
+                                         "no heading #pages in docs/page.md"),
+    "unknown role variable": ("# Page\n\nok\nSet `nvidia_driver_brnch: 590`.\n",
+                              "nvidia_driver_brnch is no option of role nvidia_driver"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_a_planted_error_fails_naming_file_and_line(site: Path, case: str) -> None:
+    page, expected = PLANTED[case]
+    line = 3 if not page.startswith("#") else 4
+    found = problems_of(page, site)
+    assert len(found) == 1, found
+    assert found[0].startswith(f"docs/page.md:{line}: "), found
+    assert expected in found[0], found
+
+
+SUBCOMMANDS = doccheck.workloads_subcommands()
+
+
+@pytest.mark.parametrize("subcommand", SUBCOMMANDS)
+def test_every_subcommand_refuses_a_planted_option(site: Path, subcommand: str) -> None:
+    """The family: each subcommand's --help passes, the same line with a made-up option fails."""
+    assert problems_of(f"```sh\nworkloads {subcommand} --help\n```\n", site) == []
+    found = problems_of(f"```sh\nworkloads {subcommand} --zz-planted-{subcommand}\n```\n", site)
+    assert len(found) == 1 and found[0].startswith("docs/page.md:2: "), found
+    assert f"--zz-planted-{subcommand}" in found[0] or "required" in found[0], found
+
+
+@pytest.mark.parametrize(("heading", "anchor"), [
+    ("The GPUs: module flavour per generation, HGX/DGX boards",
+     "the-gpus-module-flavour-per-generation-hgxdgx-boards"),
+    ("`workloads check` — is this host ready?", "workloads-check--is-this-host-ready"),
+    ("Locked, with hashes: `requirements/`", "locked-with-hashes-requirements"),
+    ("The fleet report for 1,000 hosts × 8 GPUs", "the-fleet-report-for-1000-hosts--8-gpus"),
+    ("Slow set-ups start at collection (tests/support/background.py)",
+     "slow-set-ups-start-at-collection-testssupportbackgroundpy"),
+    ("A [linked](x.md) `gpu_validate_dcgm` tag", "a-linked-gpu_validate_dcgm-tag"),
+])
+def test_github_slugs(heading: str, anchor: str) -> None:
+    assert doccheck.slug(heading) == anchor
+
+
+def test_repeated_headings_are_numbered() -> None:
+    assert {"usage", "usage-1", "usage-2"} <= doccheck.anchors("# Usage\n## Usage\n### Usage\n")
