@@ -315,11 +315,22 @@ def _parse_quietly(
     return namespace, ""
 
 
+def whole_words_only(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """No abbreviated options, in the parser and every subcommand's: a guide that writes
+    ``--per-dev`` for ``--per-device`` works only until another option starts the same way."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                whole_words_only(sub)
+    return parser
+
+
 @cache
 def workloads_parser() -> argparse.ArgumentParser:
     from workloads.cli import build_parser
 
-    return build_parser()
+    return whole_words_only(build_parser())
 
 
 @cache
@@ -330,7 +341,7 @@ def playbook_parser() -> argparse.ArgumentParser:
 
         cli = PlaybookCLI(["ansible-playbook"])
         cli.init_parser()
-    return cli.parser
+    return whole_words_only(cli.parser)
 
 
 def check_workloads(

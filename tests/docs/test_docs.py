@@ -144,6 +144,8 @@ def test_the_good_forms_pass(site: Path) -> None:
 PLANTED = {
     "wrong option": ("```sh\nworkloads accept --quick\nworkloads accept --quik-typo\n```\n",
                      "unrecognized arguments: --quik-typo"),
+    "abbreviated option": ("```sh\nworkloads check\nworkloads sweep x.yaml --per-dev 2\n```\n",
+                           "unrecognized arguments: --per-dev"),
     "unknown subcommand": ("```sh\nworkloads check\nworkloads acept --quick\n```\n",
                            "invalid choice: 'acept'"),
     "wrong option after an env prefix and a continuation": (
