@@ -11,7 +11,9 @@ command lines through the parsers the programs themselves use, without running a
   for the real ``ansible-playbook``, and the playbook they name must exist in ``ansible/``;
 * relative links, and their ``#anchor`` against the target's headings as GitHub slugs them;
 * role variables (role-prefixed names such as ``nvidia_driver_branch``) against the role's
-  ``meta/argument_specs.yml``.
+  ``meta/argument_specs.yml``; a role-prefixed name that is no option must be something else
+  ``ansible/`` defines (a variable a playbook reads, a module, a tag, a registered fact), and
+  where a guide sets it (``name: value``, ``-e name=value``) an option or a playbook's variable.
 
 Where commands are read: fenced code blocks (any language), indented code blocks, and inline
 code spans in prose. A line is one logical shell line (``\\`` continuations joined, ``#``
@@ -546,6 +548,11 @@ def ansible_names(root: Path = ROOT) -> AnsibleNames:
     return AnsibleNames(options, other)
 
 
+# What a guide may show being set (``name: value``, ``-e name=value``): a role's option or a
+# variable a playbook reads; a module, tag, fact or role-internal variable (vars/) is not.
+SETTABLE = frozenset({"play variable"})
+
+
 def check_variables(path: str, text: str, names: AnsibleNames) -> tuple[int, list[Problem]]:
     """Every role-prefixed name in a guide is that role's option, or a thing ansible/ defines."""
     problems: list[Problem] = []
@@ -559,7 +566,16 @@ def check_variables(path: str, text: str, names: AnsibleNames) -> tuple[int, lis
                 continue
             count += 1
             role = next(r for r in roles if name.startswith(r + "_"))
-            if name in names.options[role] or name in names.other:
+            if name in names.options[role]:
+                continue
+            kind = names.other.get(name)
+            setting = re.match(r"\s*(=|:\s)", line[match.end():] + " ")
+            if kind and not (setting and kind not in SETTABLE):
+                continue
+            if kind:  # `name: value` or -e name=value: a user sets it, so the role must read it
+                problems.append(Problem(path, number,
+                                        f"{name} is set here, but it is a {kind} of ansible/, "
+                                        f"not an option of role {role} or a play variable"))
                 continue
             close = difflib.get_close_matches(name, sorted(names.options[role]), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
