@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs import doccheck
+from tests.docs import doccheck, reference_table
 from tests.docs.doccheck import ROOT
 
 PAGES = doccheck.guide_paths(ROOT)
@@ -86,6 +86,14 @@ def test_every_guide_is_linked_from_the_front_page() -> None:
     readme = read("README.md")
     for guide in sorted((ROOT / "docs").glob("*.md")):
         assert f"](docs/{guide.name}" in readme, f"README.md does not link docs/{guide.name}"
+
+
+def test_the_per_card_tables_are_the_reference_data() -> None:
+    """docs/benchmarks.md's per-card limits and thresholds are reference.yaml's, as the battery
+    reads them; after changing the data, paste `python tests/docs/reference_table.py`."""
+    assert reference_table.tables() in read("docs/benchmarks.md"), (
+        "docs/benchmarks.md's per-card tables differ from workloads/hardware/reference.yaml: "
+        "paste the output of `python tests/docs/reference_table.py` in their place")
 
 
 # ---------------------------------------------------------------------------- planted errors
