@@ -93,3 +93,16 @@ def test_one_gpu_straddling_the_fail_line_is_one_line() -> None:
     verdict = judge([*hosts, host_from_record("slow", slow)]).verdicts[-1]
     assert verdict.reasons == ["fail: GPU 3: 22–32 % below its group on all 4 checks"], \
         verdict.reasons
+
+
+def test_one_slow_gpu_below_its_datasheet_and_its_group_is_one_line() -> None:
+    """The battery failed two of GPU 3's rows and warned one against the datasheet, and the
+    group finds all three 32 % below: one cause, one fail line, every row in its evidence."""
+    hosts = [host_from_record(f"h{i}", record(f"h{i}")) for i in range(4)]
+    slow = record("slow", gpu_scale={3: 0.68},
+                  verdicts={"matmul/3": "fail", "membw/3": "fail", "transfer/3": "warn"})
+    verdict = judge([*hosts, host_from_record("slow", slow)]).verdicts[-1]
+    assert len(verdict.reasons) == 1 and verdict.reasons[0].startswith(
+        "fail: GPU 3: 3 figures short (2 fail, 1 warn) against the datasheet"), verdict.reasons
+    assert "32 % below its group on all 3 checks" in verdict.reasons[0]
+    assert len(verdict.evidence[0]) == 6  # three datasheet rows, three outliers

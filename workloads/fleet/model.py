@@ -99,11 +99,16 @@ class Host:
 
 @dataclass(frozen=True)
 class Reason:
-    """One cause of a verdict, in one line, with the rows behind it (`evidence`)."""
+    """One cause of a verdict, in one line, with the rows behind it (`evidence`).
+
+    `devices`: for a line about figures, the devices whose figures it is about (None: the
+    host's own figures), so that lines about one device from several comparisons become one.
+    """
 
     level: str
     text: str
     evidence: tuple[str, ...] = ()
+    devices: tuple[str | None, ...] = ()
 
     def line(self) -> str:
         return f"{self.level}: {self.text}"

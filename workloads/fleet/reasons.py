@@ -71,7 +71,7 @@ def fold(host: Host, found: list[Finding], single: dict[int, str], against: str)
     for level in ("fail", "warn"):
         items = by_level.get(level, [])
         if len(items) == 1:
-            reasons.append(Reason(level, single[id(items[0])]))
+            reasons.append(Reason(level, single[id(items[0])], (), (items[0].device,)))
         elif items:
             devices = sorted({i.device for i in items}, key=_device_order)
             total = sum(checks[d] for d in devices)
@@ -80,7 +80,8 @@ def fold(host: Host, found: list[Finding], single: dict[int, str], against: str)
                                          f"{_percent_range([i.gap for i in items])} below "
                                          f"{against} on {on}",
                                   tuple(i.row for i in sorted(
-                                      items, key=lambda i: (_device_order(i.device), i.row)))))
+                                      items, key=lambda i: (_device_order(i.device), i.row))),
+                                  tuple(devices)))
     return reasons
 
 
@@ -115,7 +116,7 @@ def datasheet_reasons(figures: list[Figure]) -> list[Reason]:
         texts = [f"{f'{f.device} ' if f.device else ''}{f.check}: "
                  f"{f.reason or f'{f.value:.4g} {f.unit}'}" for f in found]
         if len(found) == 1:
-            reasons.append(Reason(level, texts[0]))
+            reasons.append(Reason(level, texts[0], (), (found[0].device,)))
         elif found:
             devices = sorted({f.device for f in found}, key=_device_order)
             names = sorted({f.check for f in found})
@@ -125,7 +126,7 @@ def datasheet_reasons(figures: list[Figure]) -> list[Reason]:
             short = (f"{len(found)} figures {level}" if len(split) == 1 else
                      f"{len(found)} figures short ({split['fail']} fail, {split['warn']} warn)")
             reasons.append(Reason(level, f"{device_list(devices)}: {short} against the datasheet "
-                                         f"({checks})", tuple(texts)))
+                                         f"({checks})", tuple(texts), tuple(devices)))
     return reasons
 
 
@@ -134,3 +135,36 @@ def _device_order(device: str | None) -> tuple[int, int, str]:
         return (2, 0, "")
     tail = device.split()[-1]
     return (0, int(tail), device) if tail.isdigit() else (1, 0, device)
+
+
+def merge_by_device(reasons: list[Reason]) -> list[Reason]:
+    """Lines about the same device's figures, from several comparisons, as one line.
+
+    A GPU 30 % slow is below the datasheet, below its group and below its baseline: three
+    comparisons, one cause. Lines that share a device (`Reason.devices`) are joined into one
+    at the worst of their levels, their texts in order and their evidence together; lines
+    about other things (no `devices`) are left as they are.
+    """
+    merged: list[list[Reason]] = []
+    for reason in reasons:
+        if not reason.devices:
+            merged.append([reason])
+            continue
+        hits = [group for group in merged
+                if group[0].devices and any(set(reason.devices) & set(r.devices) for r in group)]
+        for group in hits[1:]:  # this line joins groups that were apart until now
+            hits[0].extend(group)
+            merged.remove(group)
+        if hits:
+            hits[0].append(reason)
+        else:
+            merged.append([reason])
+    out = []
+    for group in merged:
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        devices = tuple(sorted({d for r in group for d in r.devices}, key=_device_order))
+        out.append(Reason(worst([r.level for r in group]), "; ".join(r.text for r in group),
+                          tuple(e for r in group for e in (r.evidence or (r.text,))), devices))
+    return out

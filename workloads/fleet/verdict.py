@@ -29,7 +29,7 @@ from workloads.fleet.model import (
     worst,
 )
 from workloads.fleet.outliers import MIN_GROUP, group_statistics
-from workloads.fleet.reasons import datasheet_reasons, outlier_reasons
+from workloads.fleet.reasons import datasheet_reasons, merge_by_device, outlier_reasons
 
 
 def judge(hosts: list[Host], baselines: dict[str, Host] | None = None) -> FleetVerdict:
@@ -49,11 +49,13 @@ def judge(hosts: list[Host], baselines: dict[str, Host] | None = None) -> FleetV
             verdicts.append(HostVerdict(host.name, host.group, "fail",
                                         [str(host.error)], [[]]))
             continue
+        figures = merge_by_device([
+            *datasheet_reasons(host.figures),
+            *outlier_reasons(host, by_host.get(host.name, [])),
+            *baseline_reasons(host, (baselines or {}).get(host.name))])
         reasons: list[Reason] = [*missing.get(host.name, []), *twice.get(host.name, []),
-                                 *datasheet_reasons(host.figures),
-                                 *(Reason(level, text) for level, text in host.findings),
-                                 *outlier_reasons(host, by_host.get(host.name, [])),
-                                 *baseline_reasons(host, (baselines or {}).get(host.name))]
+                                 *figures,
+                                 *(Reason(level, text) for level, text in host.findings)]
         reasons.sort(key=lambda r: -VERDICT_ORDER.get(r.level, 0))
         verdicts.append(HostVerdict(host.name, host.group, worst([r.level for r in reasons]),
                                     [r.line() for r in reasons],
