@@ -17,6 +17,16 @@ regaining any. The network is the engine's default (an isolated namespace with
 outbound access, for dataset and weight downloads) unless the caller asks for
 another: ``host`` shares the host's network stack, its loopback services
 included, and so is used only when asked for.
+
+The acceptance battery's ``errors`` check reads this boot's kernel log for XIDs.
+A container cannot read the host's journal, and the kernel's ring buffer (dmesg,
+/dev/kmsg) needs CAP_SYSLOG wherever ``kernel.dmesg_restrict`` is set (Debian's
+and Ubuntu's default) — a capability Docker would give the container's root
+only, never the ordinary uid the workloads run as, and one that also allows
+clearing the buffer. So for ``accept`` the host side saves the log (as the
+calling user: root, or a member of adm or systemd-journal) and the container
+gets that one file, read-only, at ``/kernel.log`` (``kernel_log``): no
+capability and no device are added.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from typing import Any, Literal, TextIO
 from workloads.errors import WorkloadError, clip
 
 RESULTS_MOUNT = "/results"
+KERNEL_LOG_MOUNT = "/kernel.log"
 SHM_SIZE = "1g"
 MEMLOCK_UNLIMITED = -1
 STACK_BYTES = 67108864
@@ -105,6 +116,7 @@ class RunSpec:
     shm_size: str = SHM_SIZE
     memlock_bytes: int = MEMLOCK_UNLIMITED
     name: str | None = None
+    kernel_log: Path | None = None  # a saved kernel log, mounted read-only at /kernel.log
 
 
 def container_options(spec: RunSpec) -> dict[str, Any]:
@@ -131,9 +143,13 @@ def container_options(spec: RunSpec) -> dict[str, Any]:
         options["user"] = spec.user
     if spec.name:
         options["name"] = spec.name
+    volumes: dict[str, dict[str, str]] = {}
     if spec.results_dir is not None:
-        host = str(Path(spec.results_dir).resolve())
-        options["volumes"] = {host: {"bind": RESULTS_MOUNT, "mode": "rw"}}
+        volumes[str(Path(spec.results_dir).resolve())] = {"bind": RESULTS_MOUNT, "mode": "rw"}
+    if spec.kernel_log is not None:
+        volumes[str(Path(spec.kernel_log).resolve())] = {"bind": KERNEL_LOG_MOUNT, "mode": "ro"}
+    if volumes:
+        options["volumes"] = volumes
     return options
 
 

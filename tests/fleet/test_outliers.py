@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from tests.fleet.records import finding, record
@@ -95,12 +95,29 @@ def test_one_slow_gpu_among_its_siblings_is_named() -> None:
     assert all("GPU 5" in o.reason() and "below its group's" in o.reason() for o in outliers)
 
 
-def test_a_group_of_two_gets_no_statistics() -> None:
+def test_a_group_of_two_gets_no_statistics_but_the_fail_rule() -> None:
+    """Two hosts: no median or spread, but 30 % or more worse than the other fails the worse."""
     hosts = [host_from_record(f"h{i}", record(f"h{i}", gpus=1, scale=s))
              for i, s in enumerate([1.0, 0.5])]
     stats, outliers, small = group_statistics(hosts)
-    assert outliers == [] and small == [hosts[0].group]
+    assert small == [hosts[0].group]
     assert all(s.median is None for s in stats)
+    assert {o.figure.host for o in outliers} == {"h1"}
+    assert {o.level for o in outliers} == {"fail"} and len(outliers) == 4
+
+
+@given(gap=st.floats(min_value=0.0, max_value=0.95), gpus=st.sampled_from([1, 2, 8]))
+def test_family_a_pair_fails_the_worse_host_from_30_percent_and_nothing_below(
+        gap: float, gpus: int) -> None:
+    """The worse of two hosts fails from a 30 % gap on; below it no outlier, not even a warn
+    (two figures cannot say which is odd); the better host never."""
+    assume(abs(gap - FAIL_GAP) > 1e-6)  # at the edge itself floating point decides
+    hosts = [host_from_record("a", record("a", gpus=gpus)),
+             host_from_record("b", record("b", gpus=gpus, scale=1 - gap))]
+    _, outliers, _ = group_statistics(hosts)
+    assert {o.figure.host for o in outliers} <= {"b"}
+    assert {o.level for o in outliers} <= {"fail"}
+    assert bool(outliers) == (gap > FAIL_GAP)
 
 
 def test_groups_are_compared_apart() -> None:

@@ -105,11 +105,8 @@ def _workloads(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_bad_fleet_directories_get_one_line_each(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    (tmp_path / "junk").mkdir()
-    (tmp_path / "junk" / "h0.json").write_text("{not json")
     for args, words in ((["--fleet", str(tmp_path / "nope")], "is not a directory"),
                         (["--fleet", str(tmp_path / "empty")], "holds no <host>.json records"),
-                        (["--fleet", str(tmp_path / "junk")], "is not a JSON record"),
                         (["--fleet", str(tmp_path / "empty"), "x"], "takes one run directory")):
         result = _workloads(*args)
         assert result.returncode == 2, result.stderr

@@ -220,7 +220,7 @@ def test_an_unreadable_log_fails_a_gpu_host_and_skips_a_cpu_host(tmp_path: Path)
     assert not unreadable.readable and "`false` failed: exit 1" in (unreadable.error or "")
     assert "cannot run" in (unreadable.error or "")
     gpu = errors.kernel_log_finding(unreadable, gpus_present=True)
-    assert gpu.verdict == FAIL and "CAP_SYSLOG" in gpu.reason
+    assert gpu.verdict == FAIL and "pass --kernel-log FILE" in gpu.reason
     assert errors.kernel_log_finding(unreadable, gpus_present=False).verdict == SKIP
 
 

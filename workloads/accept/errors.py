@@ -97,6 +97,16 @@ def _seconds(us: int | None) -> str:
 
 # --- the kernel log ------------------------------------------------------------------------
 
+# How to give the check the log, least privilege first: a saved copy of this boot's log
+# grants the battery nothing (a container gets one read-only file, no capability, no
+# device); `workloads run IMAGE -- accept` and accept.yml do exactly this. CAP_SYSLOG is
+# not offered: Docker gives added capabilities to a container's root only (the image's user
+# gets none), and it would also let the container clear the ring buffer.
+KERNEL_LOG_FIX = ("save it on the host (journalctl -k -b > FILE, as root or a member of adm "
+                  "or systemd-journal) and pass --kernel-log FILE (in a container: mount FILE "
+                  "read-only and pass its path there; `workloads run IMAGE -- accept` and "
+                  "accept.yml do this)")
+
 
 def kernel_log_finding(scan: Scan, gpus_present: bool, since: str = "since boot") -> Finding:
     """The row that says what was read: a GPU host whose log cannot be read fails."""
@@ -116,9 +126,7 @@ def kernel_log_finding(scan: Scan, gpus_present: bool, since: str = "since boot"
             "host",
             "kernel log",
             FAIL,
-            f"kernel log not readable ({scan.error}): XIDs cannot be checked; run as root or in "
-            "the adm or systemd-journal group (a container needs CAP_SYSLOG), or run "
-            "`workloads health` on the host",
+            f"kernel log not readable ({scan.error}): XIDs cannot be checked; {KERNEL_LOG_FIX}",
             details={**details, "error": scan.error},
         )
     read = f"{scan.lines:,} lines of `{scan.source}`"

@@ -8,8 +8,11 @@ outputs. Prints and writes the time of each phase, the controller's peak memory
 RSS), the size of one record and of each output.
 
 With --rates N: the verdict's false-positive and miss rates. For each scenario (a healthy
-fleet; one host with a GPU missing, an NVLink down, a GPU 5-30 % slow, a check or a matmul
-dtype missing, an empty or unfinished record), N fleets of 3-16 hosts of GPUS GPUs, every
+fleet of 3-16 hosts, of two hosts, of two GPU models; one host with a GPU missing, an NVLink
+down, a GPU 5-30 % slow, a check or a matmul dtype missing, an empty or unfinished record,
+no record though the inventory lists it, a record cut short, a GPU of another model, a UUID
+twice; one machine's record under two names; one of two hosts 40 % slow), N fleets of
+3-16 hosts (2 where the scenario says so) of GPUS GPUs, every
 figure within ±NOISE % of its healthy value, generated from a fixed seed (the same figures
 on every run). Prints a table (planted hosts judged pass = misses; healthy hosts judged
 anything but pass = false positives) and writes it as JSON.

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from workloads.fleet.baselines import load_baselines, write_baselines
 from workloads.fleet.history import host_histories, load_runs
+from workloads.fleet.inventory import run_inventory
 from workloads.fleet.load import load_fleet
 from workloads.fleet.model import FleetVerdict
 from workloads.fleet.render_history import render_html as history_html
@@ -17,14 +18,19 @@ from workloads.records import atomic_write_bytes
 
 
 def render_fleet(directory: Path, output: Path | None, baselines: Path | None = None,
-                 *, renew: bool = False) -> tuple[FleetVerdict, list[Path]]:
+                 *, renew: bool = False, inventory: Path | None = None
+                 ) -> tuple[FleetVerdict, list[Path]]:
     """Judge the records in `directory` and write fleet.{html,md,csv,json} into `output`.
+
+    Every host `inventory` lists (by default the run's own inventory.txt, where accept.yml
+    wrote one) that has no record fails.
 
     With `baselines`, each host is also compared with its accepted record there, and the
     records of the hosts that pass become the baselines of those without one (all of them,
     with `renew`); the baselines written are listed after the four outputs.
     """
-    fleet = judge(load_fleet(directory), load_baselines(baselines))
+    expected = run_inventory(directory, inventory) if directory.is_dir() else []
+    fleet = judge(load_fleet(directory, expected), load_baselines(baselines))
     out = output or directory / "report"
     title = f"Fleet acceptance: {directory.resolve().name}"
     written = []

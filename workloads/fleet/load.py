@@ -3,38 +3,50 @@
 `ansible/accept.yml` writes each host's `workloads accept` record as `<host>.json`; for a
 host whose battery could not run (unreachable, image missing, a crash) it writes
 `{"host": ..., "status": "error", "error": "<reason>"}` instead, so that host is a `fail`
-with its reason and never just missing from the report.
+with its reason and never just missing from the report. A file that cannot be read as a
+record (cut short by a full disk, not JSON, too large) fails that one host, named by its
+file, and every other host is still judged: one bad file must not hide a fleet's verdicts.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from workloads.bounded import BadInput, read_json
+from workloads.bounded import BadInput, loads_json, read_capped
 from workloads.errors import WorkloadError, clip
+from workloads.fleet.identity import gpu_identity, model_reasons
 from workloads.fleet.model import Figure, Host, Link, Reason
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 GPU_LABEL = re.compile(r"GPU \d+")
 
 
+UNKNOWN_HARDWARE = "unknown hardware"
+
+
 def hardware_group(record: dict[str, Any]) -> str:
     """The hardware a host is compared within: what no fault can change.
 
-    The GPU model (NVML's names, as `env.gpus` lists them), else the CPU model. Not the GPU
-    count, the NVLinks or the fabric the all-reduce was judged against: a GPU fallen off the
-    bus or a link down changes those, and a key holding them would move the faulty host into
-    a group of its own, away from the siblings that show what it lacks.
+    The model most of its GPUs are (NVML's names, as `env.gpus` lists them), else the CPU
+    model. Not the GPU count, the NVLinks or the fabric the all-reduce was judged against: a
+    GPU fallen off the bus or a link down changes those, and a key holding them would move
+    the faulty host into a group of its own, away from the siblings that show what it lacks.
+    Nor every model the host has: one GPU of another model (a wrong spare after an RMA)
+    would make the host a group of one that passes by having nothing to be compared with;
+    it stays with its siblings and that GPU is named (`identity.model_reasons`).
     """
     env = record.get("env")
     if not isinstance(env, dict):
-        return "unknown hardware"
+        return UNKNOWN_HARDWARE
     gpus = _gpu_names(env)
     if gpus:
-        return " + ".join(sorted(set(gpus)))
+        tally = Counter(gpus)
+        return min(tally, key=lambda name: (-tally[name], name))  # a tie: the first by name
     return str(env.get("cpu") or "CPU")
 
 
@@ -225,7 +237,8 @@ def host_from_record(name: str, record: dict[str, Any]) -> Host:
     """One host from its record (or from the play's error stub)."""
     if record.get("status") == "error" or not isinstance(record.get("findings"), list):
         reason = record.get("error") or "its record holds no findings"
-        return Host(name=name, group=hardware_group(record), error=str(reason))
+        return Host(name=name, group=hardware_group(record),
+                    error=f"the battery did not run: {clip(str(reason), 400)}")
     env = record.get("env")
     gpus = len(_gpu_names(env)) if isinstance(env, dict) else 0
     figures, broken = _figures(name, record)
@@ -236,13 +249,16 @@ def host_from_record(name: str, record: dict[str, Any]) -> Host:
               if isinstance(d, dict) and GPU_LABEL.fullmatch(str(d.get("label")))]
     selected = record.get("checks_selected")
     partial = _record_problems(record)
+    names, uuids = gpu_identity(record, gpus)
+    devices = labels if len(labels) == gpus else [f"GPU {i}" for i in range(gpus)]
     return Host(name=name, group=hardware_group(record), figures=figures,
                 findings=_findings(record, links), gpus=gpus, expected_gpus=expected,
-                gpu_devices=labels if len(labels) == gpus else [f"GPU {i}" for i in range(gpus)],
+                gpu_devices=devices, gpu_uuids=uuids,
                 links=links, rows=rows, row_notes=notes, figure_keys=with_figure,
                 problem_rows=problem_rows,
                 selected=[str(c) for c in selected] if isinstance(selected, list) else [],
-                partial=bool(partial), problems=[*partial, *broken, *bad_expectation],
+                partial=bool(partial),
+                problems=[*partial, *model_reasons(devices, names), *broken, *bad_expectation],
                 started_at=str(record["started_at"])[:40] if record.get("started_at") else None,
                 p2p=_pair_matrix(record))
 
@@ -258,23 +274,58 @@ def _pair_matrix(record: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def load_fleet(directory: Path) -> list[Host]:
-    """Every `<host>.json` in `directory`; a file that is not a record is a one-line error."""
+def host_from_bytes(name: str, data: bytes) -> Host:
+    """One host from its record's bytes; bytes that are no record make that host a `fail`."""
+    try:
+        record = loads_json(data)  # nesting and numbers bounded
+    except BadInput as exc:
+        return unreadable(name, clip(str(exc), 80))
+    if not isinstance(record, dict):
+        return unreadable(name, f"a JSON {type(record).__name__}, not an object")
+    return host_from_record(str(record.get("host") or name), record)
+
+
+def unreadable(name: str, why: str) -> Host:
+    """The `fail` of a host whose record cannot be read, with what to do about it."""
+    return Host(name=name, group=UNKNOWN_HARDWARE, unreadable=True,
+                error=f"its record {name}.json cannot be read: it {why}; run accept.yml again "
+                      f"for it (--limit {name},localhost -e acceptance_run=<run>)")
+
+
+def absent_hosts(hosts: Iterable[Host], expected: Iterable[str], directory: Path) -> list[Host]:
+    """A `fail` for every host the inventory expects that has no record in the run."""
+    have = {host.name for host in hosts}
+    return [Host(name=name, group=UNKNOWN_HARDWARE,
+                 error=f"no record: the inventory lists it and {directory.name}/ has no "
+                       f"{name}.json (unreachable before the play recorded it, or left out "
+                       f"with --limit); run accept.yml for it")
+            for name in dict.fromkeys(expected) if name not in have]
+
+
+def load_fleet(directory: Path, expected: Iterable[str] = ()) -> list[Host]:
+    """Every `<host>.json` in `directory`, and a `fail` for each `expected` host without one.
+
+    A file that cannot be read as a record is its host's `fail`, not the report's end.
+    """
     if not directory.is_dir():
         raise WorkloadError(f"{directory} is not a directory",
                             "give the run directory accept.yml wrote (results/acceptance/<run>)")
     hosts = []
     for path in sorted(directory.glob("*.json")):
         try:
-            record = read_json(path, MAX_RECORD_BYTES)  # size, nesting, numbers: bounded
-        except (OSError, BadInput) as exc:
-            raise WorkloadError(f"{path} is not a JSON record ({clip(str(exc), 60)})",
-                                "remove it, or run accept.yml again for that host") from exc
-        if not isinstance(record, dict):
-            raise WorkloadError(f"{path} is not a JSON object",
-                                "remove it, or run accept.yml again for that host")
-        hosts.append(host_from_record(str(record.get("host") or path.stem), record))
+            data = read_capped(path, MAX_RECORD_BYTES)
+        except BadInput as exc:
+            hosts.append(unreadable(path.stem, clip(str(exc), 80)))
+            continue
+        except OSError as exc:
+            hosts.append(unreadable(path.stem, f"cannot be opened ({exc.strerror or exc})"))
+            continue
+        hosts.append(host_from_bytes(path.stem, data))
     if not hosts:
         raise WorkloadError(f"{directory} holds no <host>.json records",
                             "run ansible-playbook accept.yml first, or give its run directory")
-    return hosts
+    if all(host.unreadable for host in hosts):  # no fleet to judge: the directory is wrong
+        raise WorkloadError(f"{directory} holds no record that can be read "
+                            f"({clip(str(hosts[0].error), 90)})",
+                            "give the run directory accept.yml wrote, or run it again")
+    return hosts + absent_hosts(hosts, expected, directory)

@@ -79,6 +79,7 @@ class Host:
     gpus: int = 0
     expected_gpus: int | None = None
     gpu_devices: list[str] = field(default_factory=list)
+    gpu_uuids: list[str | None] = field(default_factory=list)  # NVML's, beside gpu_devices
     links: list[Link] = field(default_factory=list)
     rows: dict[str, set[str]] = field(default_factory=dict)
     row_notes: dict[str, str] = field(default_factory=dict)
@@ -89,6 +90,7 @@ class Host:
     problems: list[Reason] = field(default_factory=list)
     started_at: str | None = None
     p2p: dict[str, Any] | None = None  # the battery's GPU-pair matrix, as its record holds it
+    unreadable: bool = False  # its record could not be read (`error` says why)
 
     @property
     def ran(self) -> bool:
@@ -97,11 +99,16 @@ class Host:
 
 @dataclass(frozen=True)
 class Reason:
-    """One cause of a verdict, in one line, with the rows behind it (`evidence`)."""
+    """One cause of a verdict, in one line, with the rows behind it (`evidence`).
+
+    `devices`: for a line about figures, the devices whose figures it is about (None: the
+    host's own figures), so that lines about one device from several comparisons become one.
+    """
 
     level: str
     text: str
     evidence: tuple[str, ...] = ()
+    devices: tuple[str | None, ...] = ()
 
     def line(self) -> str:
         return f"{self.level}: {self.text}"
@@ -121,13 +128,19 @@ class Outlier:
     robust_z: float
     gap: float
     level: str
+    pair: bool = False  # a group of two: `reference` is the other host's
+
+    @property
+    def against(self) -> str:
+        return "the other host" if self.pair else "its group"
 
     def reason(self) -> str:
         where = f"{self.figure.device} " if self.figure.device is not None else ""
         side = "below" if self.figure.higher_is_better else "above"
+        whose = ("the other host's" if self.pair else "its group's")
+        of = "the other host of its group of two" if self.pair else "the median of the other hosts"
         return (f"{where}{self.figure.check} {self.figure.value:.4g} {self.figure.unit} is "
-                f"{self.gap:.0%} {side} its group's {self.reference:.4g} (the median of the "
-                "other hosts)")
+                f"{self.gap:.0%} {side} {whose} {self.reference:.4g} ({of})")
 
 
 @dataclass

@@ -29,6 +29,15 @@ nothing (the hosts' own verdicts speak); a figure that is not a number, infinite
 never reaches this module: reading the record names it as the host's failure. A series held
 by fewer than `MIN_GROUP` hosts gets no statistics, and a group that small is named in the
 report as judged by its records and the datasheet alone.
+
+A group of two (two hosts, or a series only two hosts of a group hold) has no median of
+"the others" but the other host, and no spread to judge a modest gap by: which of two
+figures 12 % apart is the odd one cannot be told. A gap of `FAIL_GAP` (30 %) or more can:
+no healthy machine is 30 % worse than an identical sibling, and the worse of the two is the
+faulty one (a healthy machine does not run faster than healthy). So in a pair each figure
+is compared with the other host's (its median, for a figure per GPU) and only the `fail`
+rule applies: 30 % or more worse fails the worse host, anything less is left to the
+datasheet and the records, as for a host alone.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 
 from workloads.fleet.model import Figure, Host, Outlier, SeriesStats
 
@@ -106,8 +116,11 @@ def median_without(ordered: list[float], removed: list[float]) -> float | None:
     return (rank(size // 2 - 1) + rank(size // 2)) / 2
 
 
-def _series_outliers(figures: list[Figure]) -> list[Outlier]:
-    """Each host's figures in one series against the median and MAD of the other hosts'."""
+def _series_outliers(figures: list[Figure], *, fail_only: bool = False) -> list[Outlier]:
+    """Each host's figures in one series against the median and MAD of the other hosts'.
+
+    `fail_only`: a pair of hosts, where only a gap of `FAIL_GAP` or more says which is wrong.
+    """
     ordered = sorted(f.value for f in figures)
     by_host: dict[str, list[Figure]] = defaultdict(list)
     for figure in figures:
@@ -122,7 +135,9 @@ def _series_outliers(figures: list[Figure]) -> list[Outlier]:
         if reference not in deviations:
             deviations[reference] = sorted(abs(v - reference) for v in ordered)
         mad = median_without(deviations[reference], [abs(v - reference) for v in values])
-        outliers.extend(o for f in own if (o := is_outlier(f, reference, mad or 0.0)) is not None)
+        outliers.extend(replace(o, pair=fail_only) for f in own
+                        if (o := is_outlier(f, reference, mad or 0.0)) is not None
+                        and (o.level == "fail" or not fail_only))
     return outliers
 
 
@@ -146,6 +161,8 @@ def group_statistics(hosts: list[Host]) -> tuple[list[SeriesStats], list[Outlier
             holders = len({f.host for f in figures})
             if holders < MIN_GROUP:
                 stats.append(SeriesStats(group, name, holders, None, None, None, None))
+                if holders == 2:
+                    outliers.extend(_series_outliers(figures, fail_only=True))
                 continue
             values = [f.value for f in figures]
             median = statistics.median(values)

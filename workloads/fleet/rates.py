@@ -2,46 +2,127 @@
 
 For each scenario, `fleets` fleets of 3-16 hosts (battery-shaped synthetic records, every
 figure within ±noise of its healthy value), generated from one fixed seed so that every run
-prints the same figures. In a `healthy` fleet every host should pass; in the others one host
-carries one planted fault (a GPU missing, NVLinks down, one GPU slow by a given share, a
-check or a dtype missing, an empty or unfinished record) and should not. Counted: the
-planted hosts judged `pass` (misses), `warn` and `fail`; the healthy hosts judged anything
-but `pass` (false positives).
+prints the same figures. Each fleet is judged as `workloads report --fleet` judges a run
+directory: with its inventory (every host's name expected), unreadable bytes read as such.
+In a healthy fleet (of 3-16 hosts of one GPU model, of two hosts, or of two GPU models)
+every host should pass; in the others one host carries one planted fault (a GPU missing,
+NVLinks down, one GPU slow by a given share, a check or a dtype missing, an empty or
+unfinished record, no record at all, a record cut short, a GPU of another model, a UUID
+twice in one record, one of two hosts 40 % slow) or two hosts do (one machine's record
+under two names: both fail) and should not pass. Counted: the planted hosts judged `pass`
+(misses), `warn` and `fail`; the healthy hosts judged anything but `pass` (false
+positives).
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from workloads.fleet.load import host_from_record
-from workloads.fleet.synthetic import CHECKS, MATMUL, Defect, synthetic_record
+from workloads.fleet.load import absent_hosts, host_from_bytes, host_from_record
+from workloads.fleet.model import Host
+from workloads.fleet.synthetic import (
+    CHECKS,
+    GPU_NAME,
+    MATMUL,
+    OTHER_GPU_NAME,
+    Defect,
+    synthetic_record,
+)
 from workloads.fleet.verdict import judge
 
 MIN_HOSTS, MAX_HOSTS = 3, 16
+RUN = Path("run")  # the run directory the absent hosts' reasons name
 
 
 def _slow(share: float) -> Callable[[random.Random, int], Defect]:
     return lambda rng, gpus: Defect("slow GPU", gpu=rng.randrange(gpus), factor=1 - share)
 
 
-SCENARIOS: dict[str, Callable[[random.Random, int], Defect] | None] = {
-    "healthy": None,
-    "a GPU missing": lambda rng, gpus: Defect("missing GPU", gpu=rng.randrange(gpus)),
-    "1 NVLink down": lambda rng, gpus: Defect("NVLink down", gpu=rng.randrange(gpus)),
-    "a GPU 5 % slow": _slow(0.05),
-    "a GPU 10 % slow": _slow(0.10),
-    "a GPU 15 % slow": _slow(0.15),
-    "a GPU 20 % slow": _slow(0.20),
-    "a GPU 30 % slow": _slow(0.30),
-    "a check missing": lambda rng, gpus: Defect("missing check", check=rng.choice(CHECKS)),
-    "a matmul dtype missing": lambda rng, gpus: Defect(
-        "missing dtype", dtype=rng.choice([dtype for dtype, _, _ in MATMUL])),
-    "an empty record": lambda rng, gpus: Defect("empty record"),
-    "an unfinished record": lambda rng, gpus: Defect("partial record"),
-}
+@dataclass(frozen=True)
+class Scenario:
+    """One kind of fleet: its sizes, its GPU models, and the fault planted (None: healthy).
+
+    `defect` plants a fault in one host's record; `fault` one the fleet's files carry:
+    "missing record" (the inventory lists the host, the run has no record), "unreadable
+    record" (its JSON cut short at a random byte), "copied record" (another host's record
+    under its name: both hosts are planted, both must fail).
+    """
+
+    name: str
+    defect: Callable[[random.Random, int], Defect] | None = None
+    fault: str | None = None
+    hosts: tuple[int, int] = (MIN_HOSTS, MAX_HOSTS)
+    models: tuple[str, ...] = (GPU_NAME,)
+
+    @property
+    def healthy(self) -> bool:
+        return self.defect is None and self.fault is None
+
+
+def _defect(kind: str) -> Callable[[random.Random, int], Defect]:
+    return lambda rng, gpus: Defect(kind, gpu=rng.randrange(gpus))
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("healthy"),
+    Scenario("a GPU missing", _defect("missing GPU")),
+    Scenario("1 NVLink down", _defect("NVLink down")),
+    Scenario("a GPU 5 % slow", _slow(0.05)),
+    Scenario("a GPU 10 % slow", _slow(0.10)),
+    Scenario("a GPU 15 % slow", _slow(0.15)),
+    Scenario("a GPU 20 % slow", _slow(0.20)),
+    Scenario("a GPU 30 % slow", _slow(0.30)),
+    Scenario("a check missing", lambda rng, gpus: Defect("missing check",
+                                                         check=rng.choice(CHECKS))),
+    Scenario("a matmul dtype missing", lambda rng, gpus: Defect(
+        "missing dtype", dtype=rng.choice([dtype for dtype, _, _ in MATMUL]))),
+    Scenario("an empty record", lambda rng, gpus: Defect("empty record")),
+    Scenario("an unfinished record", lambda rng, gpus: Defect("partial record")),
+    # Added later, so the first twelve keep their random streams (and their figures).
+    Scenario("healthy, 2 hosts", hosts=(2, 2)),
+    Scenario("healthy, 2 GPU models", models=(GPU_NAME, OTHER_GPU_NAME)),
+    Scenario("no record (inventory)", fault="missing record"),
+    Scenario("a record cut short", fault="unreadable record"),
+    Scenario("a GPU of another model", _defect("other-model GPU")),
+    Scenario("a UUID twice in a host", _defect("duplicate UUID")),
+    Scenario("a record under 2 names", fault="copied record"),
+    Scenario("2 hosts, one 40 % slow", lambda rng, gpus: Defect("slow host", factor=0.6),
+             hosts=(2, 2)),
+)
+
+
+def fleet_hosts(scenario: Scenario, rng: random.Random, gpus: int, noise: float
+                ) -> tuple[list[Host], set[str]]:
+    """One generated fleet as the report reads it, and the names of its planted hosts."""
+    size = rng.randint(*scenario.hosts)
+    planted = rng.randrange(size) if not scenario.healthy else None
+    defect = scenario.defect(rng, gpus) if scenario.defect is not None else None
+    names = [f"h{i}" for i in range(size)]
+    records = {name: synthetic_record(name, gpus, rng, noise=noise,
+                                      defect=defect if i == planted else None,
+                                      model=scenario.models[i % len(scenario.models)])
+               for i, name in enumerate(names)}
+    bad = {names[planted]} if planted is not None else set()
+    if planted is not None and scenario.fault == "copied record":
+        source = names[(planted + 1 + rng.randrange(size - 1)) % size]
+        records[names[planted]] = copy.deepcopy(records[source])
+        bad.add(source)
+    hosts = []
+    for name, record in records.items():
+        if name in bad and scenario.fault == "missing record":
+            continue
+        if name in bad and scenario.fault == "unreadable record":
+            data = json.dumps(record).encode()
+            hosts.append(host_from_bytes(name, data[:rng.randrange(1, len(data))]))
+            continue
+        hosts.append(host_from_record(name, record))
+    return hosts + absent_hosts(hosts, names, RUN), bad
 
 
 @dataclass
@@ -73,18 +154,13 @@ class Tally:
 def measure(fleets: int, gpus: int, noise: float, seed: int = 0) -> list[Tally]:
     """Every scenario over `fleets` generated fleets of `gpus`-GPU hosts."""
     tallies = []
-    for index, (name, make) in enumerate(SCENARIOS.items()):
+    for index, scenario in enumerate(SCENARIOS):
         rng = random.Random(seed * 1000 + index)  # each scenario its own stream: order-proof
-        tally = Tally(name)
+        tally = Tally(scenario.name)
         for _ in range(fleets):
-            size = rng.randint(MIN_HOSTS, MAX_HOSTS)
-            planted = rng.randrange(size) if make is not None else None
-            defect = make(rng, gpus) if make is not None else None
-            hosts = [host_from_record(f"h{i}", synthetic_record(
-                f"h{i}", gpus, rng, noise=noise, defect=defect if i == planted else None))
-                for i in range(size)]
+            hosts, planted = fleet_hosts(scenario, rng, gpus, noise)
             for verdict in judge(hosts).verdicts:
-                if verdict.host == f"h{planted}":
+                if verdict.host in planted:
                     tally.planted[verdict.verdict] += 1
                 else:
                     tally.healthy_hosts += 1

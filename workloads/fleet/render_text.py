@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from workloads.fleet.model import FleetVerdict
+from workloads.fleet.verdict import small_group_note
 
 
 def render_markdown(fleet: FleetVerdict, title: str) -> str:
@@ -27,8 +28,7 @@ def render_markdown(fleet: FleetVerdict, title: str) -> str:
         lines.append("")
     for group in fleet.small_groups:
         size = sum(1 for h in fleet.hosts if h.ran and h.group == group)
-        lines.append(f"- group {group}: {size} host(s), too small for statistics; "
-                     "judged by its records and the datasheet alone")
+        lines.append(f"- {_cell(small_group_note(group, size))}")
     lines += ["", "## Group medians", "", "| hardware | check | hosts | median | outlier bound |",
               "| --- | --- | ---: | ---: | ---: |"]
     for s in sorted(fleet.stats, key=lambda s: (s.group, s.series)):

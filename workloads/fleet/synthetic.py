@@ -8,14 +8,18 @@ DCGM and the busy-host row; `env` as collect_env writes it. Figures scatter with
 around healthy H100 SXM values.
 
 A `Defect` plants one fault, the kinds the fleet verdict exists to catch: a GPU fallen off
-the bus, NVLinks down, one slow GPU, a check or a dtype that left no rows, an empty or
-unfinished record. `workloads bench fleet` sizes the fleet step with these and measures the
+the bus, NVLinks down, one slow GPU or a whole slow host, a check or a dtype that left no
+rows, an empty or unfinished record, a GPU of another model than its host's others, two
+GPUs of one record with one UUID. Each GPU has a UUID of NVML's form ("GPU-" and a UUID),
+derived from the host's name and the GPU's index, so no two hosts share one unless a
+test makes them. `workloads bench fleet` sizes the fleet step with these and measures the
 verdict's false-positive and miss rates; the generated-fleet tests draw from them.
 """
 
 from __future__ import annotations
 
 import random
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,18 +29,21 @@ ALLREDUCE_SIZES = ("1 MiB", "4 MiB", "16 MiB", "64 MiB", "256 MiB", "1 GiB")
 BOARD_LINKS = 18
 CHECKS = ["matmul", "membw", "transfer", "allreduce", "training", "nvml", "dcgm"]
 GPU_NAME = "NVIDIA H100 80GB HBM3"
+OTHER_GPU_NAME = "NVIDIA H100 SXM5 96GB"  # the spare of another variant a host can be given
 SOURCE = "H100 SXM5 80GB datasheet [h100-datasheet, 2023-09]"
 
-DEFECTS = ("missing GPU", "NVLink down", "slow GPU", "missing check", "missing dtype",
-           "empty record", "partial record")
+DEFECTS = ("missing GPU", "NVLink down", "slow GPU", "slow host", "missing check",
+           "missing dtype", "empty record", "partial record", "other-model GPU",
+           "duplicate UUID")
 
 
 @dataclass(frozen=True)
 class Defect:
     """One planted fault: `kind` (one of DEFECTS) and where it strikes.
 
-    `gpu`: the GPU that is missing, slow or has links down; `factor`: a slow GPU's figures
-    as a share of healthy ones; `links_down`: how many of its NVLinks are down; `check`: the
+    `gpu`: the GPU that is missing, slow, has links down, is of another model, or takes the
+    next GPU's UUID; `factor`: a slow GPU's (or slow host's) figures as a share of healthy
+    ones; `links_down`: how many of its NVLinks are down; `check`: the
     check that left no rows; `dtype`: the matmul dtype that left no rows.
     """
 
@@ -50,7 +57,10 @@ class Defect:
     def describe(self) -> str:
         return {"missing GPU": f"GPU {self.gpu} missing", "NVLink down":
                 f"{self.links_down} NVLink(s) down on GPU {self.gpu}", "slow GPU":
-                f"GPU {self.gpu} at {self.factor:.0%}", "missing check": f"no {self.check} rows",
+                f"GPU {self.gpu} at {self.factor:.0%}", "slow host": f"host at {self.factor:.0%}",
+                "other-model GPU": f"GPU {self.gpu} is {OTHER_GPU_NAME}",
+                "duplicate UUID": f"GPU {self.gpu} has another GPU's UUID",
+                "missing check": f"no {self.check} rows",
                 "missing dtype": f"no matmul {self.dtype} rows"}.get(self.kind, self.kind)
 
 
@@ -64,19 +74,26 @@ def _row(check: str, device: str, item: str, value: float | None, unit: str,
             "fraction": value / limit if value is not None and limit else None}
 
 
+def gpu_uuid(host: str, index: int) -> str:
+    """A GPU's UUID in NVML's form, the same for the same host and index on every run."""
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{index}.{host}.gpu.invalid')}"
+
+
 def synthetic_record(host: str, gpus: int, rng: random.Random, slow_gpu: int | None = None,
                      *, noise: float = 0.03, defect: Defect | None = None,
-                     slow_factor: float = 0.6) -> dict[str, Any]:
-    """One host's record; `slow_gpu` runs at `slow_factor` of its siblings; `defect` plants one
-    fault (it replaces `slow_gpu`)."""
-    if defect is not None and defect.kind == "slow GPU":
+                     slow_factor: float = 0.6, model: str = GPU_NAME) -> dict[str, Any]:
+    """One host's record of `model` GPUs; `slow_gpu` runs at `slow_factor` of its siblings;
+    `defect` plants one fault (it replaces `slow_gpu`)."""
+    kind = defect.kind if defect is not None else None
+    if defect is not None and kind == "slow GPU":
         slow_gpu, slow_factor = defect.gpu, defect.factor
+    whole = defect.factor if defect is not None and kind == "slow host" else 1.0
     visible = [g for g in range(gpus)
-               if not (defect is not None and defect.kind == "missing GPU" and g == defect.gpu)]
+               if not (defect is not None and kind == "missing GPU" and g == defect.gpu)]
 
     def jitter(value: float, gpu: int | None = None) -> float:
         slow = slow_factor if gpu is not None and gpu == slow_gpu else 1.0
-        return value * rng.uniform(1 - noise, 1 + noise) * slow
+        return value * rng.uniform(1 - noise, 1 + noise) * slow * whole
 
     rows = [_row("dcgm", "host", "diag level 1", None, "", None, "pass", "PASS")]
     for index, gpu in enumerate(visible):  # NVML numbers the GPUs it sees from 0
@@ -115,15 +132,23 @@ def synthetic_record(host: str, gpus: int, rng: random.Random, slow_gpu: int | N
     if defect is not None and defect.kind == "missing dtype":
         rows = [r for r in rows if not (r["check"] == "matmul"
                                         and r["item"].startswith(f"{defect.dtype} "))]
+    known = {"model": "H100 SXM5 80GB", "pci_device_id": "0x2330"} if model == GPU_NAME else {}
+    devices = [{"label": f"GPU {i}", "name": model, **known, "nvml_index": i,
+                "uuid": gpu_uuid(host, g)} for i, g in enumerate(visible)]
+    if defect is not None and kind == "other-model GPU" and defect.gpu < len(devices):
+        devices[defect.gpu].update(name=OTHER_GPU_NAME, model="H100 SXM5 96GB",
+                                   pci_device_id="0x2338")  # pci.ids: GH100 [H100 SXM5 96GB]
+    if defect is not None and kind == "duplicate UUID" and len(devices) > 1:
+        twin = (defect.gpu + 1) % len(devices)
+        devices[defect.gpu]["uuid"] = devices[twin]["uuid"]
     record: dict[str, Any] = {
         "schema": 1, "workload": "accept", "started_at": "2026-11-25T00:00:00Z",
         "status": "done", "mode": "full", "checks_selected": list(CHECKS), "dcgm_level": 1,
         "backend": "tensorflow", "verdict": "pass", "exit_code": 0,
-        "devices": [{"label": f"GPU {i}", "name": GPU_NAME, "model": "H100 SXM5 80GB",
-                     "pci_device_id": "0x2330"} for i in range(len(visible))],
+        "devices": devices,
         "env": {"host": host, "os": "Linux-6.8.0-x86_64-with-glibc2.39",
                 "cpu": "AMD EPYC 9654 96-Core Processor", "cpu_count": 192,
-                "memory_bytes": 2 * 1024**4, "gpus": [GPU_NAME] * len(visible),
+                "memory_bytes": 2 * 1024**4, "gpus": [d["name"] for d in devices],
                 "driver": "570.124.06", "keras_backend": "tensorflow"},
         "findings": rows}
     if defect is not None and defect.kind == "empty record":

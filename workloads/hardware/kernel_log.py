@@ -109,9 +109,12 @@ def scan(
     if path is not None:
         try:
             with path.open("rb") as stream:
-                return _summarise(str(path), _FileLines(stream, deadline, max_bytes), after_us)
+                found = _summarise(str(path), _FileLines(stream, deadline, max_bytes), after_us)
         except OSError as exc:
             return Scan(str(path), error=f"cannot read {path}: {exc.strerror or exc}")
+        if not found.lines:  # a boot's log is never empty: the save failed, not the GPUs
+            return Scan(str(path), error=f"{path} is empty, not a saved kernel log")
+        return found
     errors = []
     commands = commands or (JOURNAL, DMESG)
     for argv in commands:
@@ -228,3 +231,29 @@ class _CommandLines:
             said = stderr.decode("utf-8", "replace").strip().splitlines()
             why = said[-1] if said else f"exit {code}"
             self.error = f"`{' '.join(self.argv)}` failed: {why}"
+
+
+def save(target: Path, *, deadline_s: float = 20.0, max_bytes: int = MAX_BYTES,
+         commands: tuple[tuple[str, ...], ...] | None = None) -> str | None:
+    """Write this boot's kernel log into `target` (0644, for a container's user to read).
+
+    The first of `commands` (journalctl, else dmesg) that prints lines, read within the
+    same bounds as `scan`; None when saved, else why nothing could be (this user may not
+    read the log), and `target` is left absent.
+    """
+    deadline = time.monotonic() + deadline_s
+    errors = []
+    for argv in commands or (JOURNAL, DMESG):
+        reader = _CommandLines(argv, deadline, max_bytes)
+        lines = 0
+        with target.open("w", encoding="utf-8") as out:
+            for line in reader:
+                out.write(line.rstrip("\n") + "\n")
+                lines += 1
+        if reader.error is None and reader.complete and lines:
+            target.chmod(0o644)
+            return None
+        errors.append(reader.error or (f"`{' '.join(argv)}` printed nothing" if reader.complete
+                                       else f"`{' '.join(argv)}` was cut short"))
+    target.unlink(missing_ok=True)
+    return "; ".join(errors)

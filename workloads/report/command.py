@@ -10,9 +10,13 @@ The argument decides the report:
       plots (epoch time, images/s and speedup vs GPU count; GPU utilisation
       over time; CPU vs GPU bars) and a Markdown table;
   --fleet DIR, a run directory of `ansible-playbook accept.yml` (one <host>.json each)
-      the fleet verdict: hosts grouped by GPU model, what a host lacks (GPUs, NVLinks,
-      rows) named, each check compared with the datasheet (the battery's verdicts) and
-      with the other hosts' median (robust outliers); with --baselines BDIR also with
+      the fleet verdict: hosts grouped by the model of most of their GPUs (a GPU of
+      another model, a UUID seen twice, a record that cannot be read: each its host's
+      fail), what a host lacks (GPUs, NVLinks, rows) named, each check compared with the
+      datasheet (the battery's verdicts) and with the other hosts' median (robust
+      outliers; in a group of two, 30 % or more worse than the other host fails); with
+      --inventory FILE (default DIR/inventory.txt) every listed host without a record
+      fails; with --baselines BDIR also with
       each host's own accepted record, and the records of hosts that pass become the
       baselines of hosts without one; fleet.html (one file, works offline), fleet.md,
       fleet.csv, fleet.json;
@@ -69,6 +73,14 @@ def register(sub: Any) -> None:
         "(accept.yml: results/acceptance/baselines)",
     )
     parser.add_argument(
+        "--inventory",
+        type=Path,
+        metavar="FILE",
+        help="with --fleet: the hosts the run was meant to cover, one inventory host name a "
+        "line; each without a record in DIR fails (default: DIR/inventory.txt, which "
+        "accept.yml writes)",
+    )
+    parser.add_argument(
         "--renew-baselines",
         action="store_true",
         help="with --fleet and --baselines: every passing host's record replaces its baseline",
@@ -88,6 +100,9 @@ def is_sweep_dir(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.inventory is not None and args.fleet is None:
+        raise WorkloadError("--inventory goes with --fleet",
+                            "run `workloads report --fleet RUN_DIR --inventory FILE`")
     if (args.baselines is not None or args.renew_baselines) and args.fleet is None:
         raise WorkloadError("--baselines and --renew-baselines go with --fleet",
                             "run `workloads report --fleet RUN_DIR --baselines BDIR`")
@@ -111,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         from workloads.fleet.command import render_fleet, summary_line
 
         fleet, written = render_fleet(args.fleet, args.output, args.baselines,
-                                      renew=args.renew_baselines)
+                                      renew=args.renew_baselines, inventory=args.inventory)
         print(summary_line(fleet))
         for path in written:
             print(path)

@@ -9,7 +9,10 @@ container is removed at the end and on Ctrl-C. It runs with every capability
 dropped and no-new-privileges, on the engine's default network unless
 --network says otherwise (host only when asked). While it runs, every requested
 GPU is sampled once a second into a CSV beside the record (--no-monitor to
-skip; without a GPU the monitor says so and the run goes on).
+skip; without a GPU the monitor says so and the run goes on). For `accept`
+(unless it is given --kernel-log), this boot's kernel log is saved on the host
+and mounted read-only at /kernel.log for the XID check (`--kernel-log
+/kernel.log`): the container gets no capability to read the host's log itself.
 
 gpus:
   auto   all GPUs when the host has any (NVML), else none (default)
@@ -23,6 +26,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import itertools
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -119,13 +125,45 @@ def monitor_csv(args: list[str], results: Path) -> Path:
     return results / f"gpu-monitor-{stamp}.csv"
 
 
+def with_kernel_log(command: list[str], workdir: Path) -> tuple[list[str], Path | None]:
+    """For ``accept``: the command reading a saved copy of this boot's kernel log, and the copy.
+
+    Saved as the calling user into ``workdir`` (private to this run); mounted read-only at
+    /kernel.log. A command that names its own --kernel-log, or another command, is left as
+    it is; where this user cannot read the log, one line says so and the battery's own
+    kernel-log row fails naming the option.
+    """
+    from tfhost.runner import KERNEL_LOG_MOUNT
+    from workloads.hardware import kernel_log
+
+    if not command or command[0] != "accept" or any(
+            arg == "--kernel-log" or arg.startswith("--kernel-log=") for arg in command):
+        return command, None
+    saved = workdir / "kernel.log"
+    why = kernel_log.save(saved)
+    if why is not None:
+        print(f"workloads run: this boot's kernel log could not be saved for the XID check "
+              f"({why[:200]}); its row will fail: run as root or a member of adm or "
+              "systemd-journal, or pass -- accept --kernel-log FILE", file=sys.stderr)
+        return command, None
+    return [*command, "--kernel-log", KERNEL_LOG_MOUNT], saved
+
+
 def run(args: argparse.Namespace) -> int:
+    args = options_after_image(args)
+    workdir = Path(tempfile.mkdtemp(prefix="tfhost-run-"))  # 0700: the saved log is private
+    try:
+        return _run(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, workdir: Path) -> int:
     from tfhost.monitor import monitoring
     from tfhost.runner import RunSpec, calling_user
     from tfhost.runner import run as run_container
 
-    args = options_after_image(args)
-    command = passthrough(args.args)
+    command, saved_log = with_kernel_log(passthrough(args.args), workdir)
     gpus = resolve_gpus(args.gpus)
     results = args.results or default_results_dir()
     spec = RunSpec(
@@ -139,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         memlock_bytes=args.memlock,
         name=args.name,
+        kernel_log=saved_log,
     )
     if gpus is None or args.no_monitor:
         return run_container(spec)
