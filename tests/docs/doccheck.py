@@ -9,26 +9,34 @@ command lines through the parsers the programs themselves use, without running a
   -- ARGS`` and of ``workloads monitor … -- workloads ARGS`` included;
 * ``ansible-playbook …`` lines through the parser ``ansible.cli.playbook.PlaybookCLI`` builds
   for the real ``ansible-playbook``, and the playbook they name must exist in ``ansible/``;
-* relative links, and their ``#anchor`` against the target's headings as GitHub slugs them;
+* relative links (inline, reference-style with their definitions, HTML ``<a href>`` and
+  ``<img src>``), and their ``#anchor`` against the target's headings as GitHub slugs them; a
+  ``[text][label]`` whose label the page never defines renders as plain text, and fails too;
 * role variables (role-prefixed names such as ``nvidia_driver_branch``) against the role's
   ``meta/argument_specs.yml``; a role-prefixed name that is no option must be something else
   ``ansible/`` defines (a variable a playbook reads, a module, a tag, a registered fact), and
   where a guide sets it (``name: value``, ``-e name=value``) an option or a playbook's variable.
 
-Where commands are read: fenced code blocks (any language), indented code blocks, and inline
-code spans in prose. A line is one logical shell line (``\\`` continuations joined, ``#``
-comments dropped) split into simple commands at ``&&``, ``||``, ``;``, ``|`` and ``&``. A
-simple command is checked when its program is ``workloads`` (any path ending in it:
-``.venv/bin/workloads``, ``<acceptance_venv>/bin/workloads``), ``python -m workloads``, or
-``ansible-playbook``, after leading ``NAME=value`` assignments and the wrappers ``sudo``,
-``env``, ``time``, ``exec``, ``nohup``, ``timeout N``, ``srun …``, ``apptainer``/``singularity
-exec IMAGE`` and ``mpirun …`` (the first ``workloads`` word after them); ``docker run …
-IMAGE ARGS`` is checked when IMAGE is a ``…/workloads:TAG`` image (whose entrypoint is
-``workloads``; a leading ``workloads`` word in ARGS is the same program), or when a later word
-is ``workloads``. Placeholders stay as written (``~/my-inventory``, ``<run>``, ``SPEC.yaml``
-parse as the values they stand for); ``...`` and ``…`` words (more options) are dropped, and a
-subcommand written in capitals (``workloads COMMAND --help``) is a placeholder, not checked.
-Redirections (``> file``) are dropped.
+Where commands are read: fenced code blocks (any language, inside a blockquote too), indented
+code blocks, and inline code spans in prose. A line is one logical shell line (``\\``
+continuations joined, ``#`` comments dropped, a ``$ `` or ``% `` prompt dropped) split into
+simple commands at ``&&``, ``||``, ``;``, ``|``, ``&`` and parentheses; the commands of ``$(…)``
+and backquote substitutions and the quoted line of ``bash -c '…'`` or ``ssh HOST '…'`` are read
+as lines of their own. A simple command is checked when its program is ``workloads`` (any path
+ending in it: ``.venv/bin/workloads``, ``<acceptance_venv>/bin/workloads``),
+``python [OPTIONS] -m workloads``, or ``ansible-playbook``, after leading ``NAME=value``
+assignments (``ExecStart=…/bin/workloads …`` is the program itself), the shell's own words
+(``if``, ``then``, ``do``, ``!``, ``{`` …), a YAML key or list marker (``- command: workloads …``)
+and the wrappers in ``WRAPPERS`` (``sudo``, ``env``, ``timeout N``, ``srun …``, ``xargs``,
+``nice``, ``numactl``, ``uv run``, ``ssh HOST`` …: the first ``workloads`` word after them);
+``docker``/``podman run … IMAGE ARGS`` is checked when IMAGE is a ``…/workloads:TAG`` image
+(whose entrypoint is ``workloads``; a leading ``workloads`` word in ARGS is the same program),
+or when a later word is ``workloads``, and ``docker exec CONTAINER workloads …`` likewise.
+Not read: ``docker compose run SERVICE …`` (the service's entrypoint is in compose.yaml) and a
+``# `` root prompt (a comment to the shell). Placeholders stay as written (``~/my-inventory``,
+``<run>``, ``SPEC.yaml`` parse as the values they stand for); ``...`` and ``…`` words (more
+options) are dropped, and a subcommand written in capitals (``workloads COMMAND --help``) is a
+placeholder, not checked. Redirections (``> file``) are dropped.
 """
 
 from __future__ import annotations
@@ -66,10 +74,25 @@ NOT_VARIABLE_DOCS = ("tests/README.md",)
 # Names a guide shows on purpose as wrong: ansible/README.md shows site.yml refusing this one.
 DELIBERATE_MISSPELLINGS = frozenset({"nvidia_driver_brnach"})
 
-SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "|&"})
+SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "|&", "(", ")", "((", "))"})
 REDIRECTS = frozenset({">", ">>", "<", "2>", "2>>", "&>", "1>"})
 WRAPPERS = frozenset({"sudo", "env", "time", "exec", "nohup", "srun", "mpirun", "timeout",
-                      "apptainer", "singularity", "command"})
+                      "apptainer", "singularity", "command", "xargs", "watch", "nice", "ionice",
+                      "numactl", "taskset", "stdbuf", "chrt", "setsid", "flock", "systemd-run",
+                      "unbuffer", "ssh", "uv", "pipx", "poetry", "pdm", "hatch", "conda",
+                      "mamba", "micromamba", "runuser", "su"})
+# Words the shell reads before a command: `if workloads check; then`, `do workloads …; done`.
+SHELL_KEYWORDS = frozenset({"!", "{", "}", "if", "then", "elif", "else", "while", "until", "do"})
+# Shells whose quoted argument is a command line of its own: `bash -c '…'`, `ssh HOST '…'`.
+INNER_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ssh", "su", "runuser"})
+# Engines whose `run IMAGE ARGS` runs the image's entrypoint, and `exec CONTAINER CMD` a command.
+ENGINES = frozenset({"docker", "podman", "nerdctl"})
+# A shell prompt written before a documented command: `$ workloads check`, `% workloads check`.
+PROMPT = re.compile(r"^\s*[$%]\s+")
+# A YAML list item or key before a command: `- workloads check`, `ansible.builtin.command: …`.
+YAML_KEY = re.compile(r"^(-|[A-Za-z_][\w.-]*:)$")
+# Command substitutions, innermost first: $(…) without nested parentheses, and `…`.
+SUBSTITUTION = re.compile(r"\$\(([^()]*)\)|`([^`]*)`")
 PLACEHOLDER_WORDS = frozenset({"...", "…"})
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
@@ -104,6 +127,7 @@ class Command:
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+BLOCKQUOTE = re.compile(r"^(\s{0,3}>\s?)+")
 
 
 @dataclass
@@ -123,7 +147,11 @@ def read_page(path: str, text: str) -> Page:
     previous_blank = True
     in_indented = False
     in_list = False
+    fence_quoted = False
     for number, line in enumerate(text.split("\n"), 1):
+        quoted = BLOCKQUOTE.match(line)
+        if quoted and (fence_quoted or not in_fence):  # > ```sh: a block inside a quote
+            line = line[quoted.end():]
         fence = FENCE.match(line)
         if in_fence:
             if fence and fence.group(1) == in_fence:
@@ -133,6 +161,7 @@ def read_page(path: str, text: str) -> Page:
             continue
         if fence:
             in_fence = fence.group(1)
+            fence_quoted = bool(quoted)
             in_indented = False
             continue
         blank = not line.strip()
@@ -189,7 +218,7 @@ def strip_comment(line: str) -> str:
 
 def split_commands(line: str) -> list[list[str]]:
     """Shell words of ``line``, cut into simple commands; raises ValueError on open quotes."""
-    lexer = shlex.shlex(strip_comment(line), posix=True, punctuation_chars=";&|")
+    lexer = shlex.shlex(strip_comment(line), posix=True, punctuation_chars=";&|()")
     lexer.whitespace_split = True
     lexer.commenters = ""
     commands: list[list[str]] = [[]]
@@ -220,8 +249,14 @@ def _is_workloads(word: str) -> bool:
 
 def recognise(words: list[str]) -> tuple[str, list[str]] | None:
     """(program, argv) when ``words`` runs ``workloads`` or ``ansible-playbook``, else None."""
+    while len(words) > 2 and YAML_KEY.match(words[0]):  # - command: workloads check (a task)
+        words = words[1:]
     i = 0
-    while i < len(words) and ENV_ASSIGNMENT.match(words[i]):
+    while i < len(words) and (ENV_ASSIGNMENT.match(words[i]) or words[i] in SHELL_KEYWORDS):
+        # ExecStart=/opt/venv/bin/workloads health: an assignment whose value is the program
+        value = words[i].partition("=")[2]
+        if value and _is_workloads(value):
+            return "workloads", words[i + 1:]
         i += 1
     words = words[i:]
     if not words:
@@ -231,9 +266,14 @@ def recognise(words: list[str]) -> tuple[str, list[str]] | None:
         return "workloads", words[1:]
     if head == "ansible-playbook":
         return "ansible-playbook", words[1:]
-    if PYTHON.match(head) and words[1:3] == ["-m", "workloads"]:
-        return "workloads", words[3:]
-    if head == "docker" and "run" in words[1:3]:
+    if PYTHON.match(head) and "-m" in words:  # python -m, python -u -m, python -X dev -m
+        at = words.index("-m")
+        if words[at + 1:at + 2] == ["workloads"]:
+            return "workloads", words[at + 2:]
+    if head in ENGINES and "exec" in words[1:3]:
+        found = _after_workloads(words[words.index("exec") + 1:])
+        return ("workloads", found) if found is not None else None
+    if head in ENGINES and "run" in words[1:3]:
         rest = words[words.index("run") + 1:]
         for j, word in enumerate(rest):
             if re.search(r"(^|/)workloads:[^/\s]*$", word):
@@ -259,6 +299,24 @@ def _after_workloads(words: list[str]) -> list[str] | None:
     return None
 
 
+def simple_commands(line: str, substitutions: bool = True, depth: int = 0) -> list[list[str]]:
+    """The simple commands of a shell line, those it runs inside it included: the commands of
+    ``$(…)`` and backquote substitutions (``substitutions``; an inline code span's backquotes are
+    its own delimiters), and the quoted command line of ``bash -c '…'`` or ``ssh HOST '…'``."""
+    inner: list[list[str]] = []
+    if substitutions:
+        while match := SUBSTITUTION.search(line):
+            inner += simple_commands(match.group(1) or match.group(2) or "", True, depth + 1)
+            line = line[:match.start()] + " SUBSTITUTED " + line[match.end():]
+    commands = split_commands(line)
+    for words in commands:
+        if basename(words[0]) in INNER_SHELLS and depth < 3:
+            for word in words[1:]:
+                if re.search(r"\s", word):
+                    inner += simple_commands(word, substitutions, depth + 1)
+    return commands + inner
+
+
 def commands_in(path: str, text: str) -> tuple[list[Command], list[Problem]]:
     """Every ``workloads`` and ``ansible-playbook`` command of a page; lines that do not split."""
     page = read_page(path, text)
@@ -267,8 +325,10 @@ def commands_in(path: str, text: str) -> tuple[list[Command], list[Problem]]:
     sources = [(n, line, True) for n, line in logical_lines(page.code)]
     sources += [(n, span, False) for n, span in page.inline]
     for number, line, is_block in sources:
+        if is_block:
+            line = PROMPT.sub("", line)
         try:
-            commands = split_commands(line)
+            commands = simple_commands(line, substitutions=is_block)
         except ValueError as exc:
             if is_block and re.search(r"\b(workloads|ansible-playbook)\b", line):
                 message = f"cannot split into shell words ({exc}): {line.strip()}"
@@ -413,8 +473,14 @@ def check_commands(path: str, text: str, root: Path) -> tuple[list[Command], lis
 
 # ---------------------------------------------------------------------------- links and anchors
 
-LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-REFERENCE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$")
+TITLE = r"""(?:\s+(?:"[^"]*"|'[^']*'|\([^)]*\)))?"""
+LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(\s*<?([^)\s>]+)>?" + TITLE + r"\s*\)")
+REFERENCE = re.compile(r"^\s{0,3}\[([^\]]+)\]:\s*<?(\S+?)>?" + TITLE + r"\s*$")
+# A reference-style use: [text][label], or [label][] (the label is the text).
+REFERENCE_USE = re.compile(r"(?<![\]\\])\[((?:[^\]\\]|\\.)+)\]\[([^\]]*)\]")
+# What HTML in Markdown links to: <a href="…">, <img src="…">.
+HTML_LINK = re.compile(r"""<(?:a|img|source)\b[^>]*?\s(?:href|src)\s*=\s*(["'])(.*?)\1""",
+                       re.IGNORECASE)
 HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
@@ -452,17 +518,29 @@ def anchors(text: str) -> set[str]:
     return result
 
 
+def _label(label: str) -> str:
+    """A reference label as Markdown matches it: case and runs of white space do not count."""
+    return " ".join(label.split()).casefold()
+
+
 def check_links(path: str, text: str, root: Path) -> tuple[int, list[Problem]]:
     """Every relative link of a page resolves, and its #anchor names a heading of the target."""
     page = read_page(path, text)
     problems: list[Problem] = []
     count = 0
     own_dir = (root / path).parent
+    defined = {_label(m.group(1)) for _, line in page.prose if (m := REFERENCE.match(line))}
     for number, line in page.prose:
-        targets = LINK.findall(line)
+        targets = LINK.findall(line) + [m.group(2) for m in HTML_LINK.finditer(line)]
         reference = REFERENCE.match(line)
         if reference:
-            targets.append(reference.group(1))
+            targets.append(reference.group(2))
+        for use in REFERENCE_USE.finditer(line):
+            label = use.group(2) or use.group(1)
+            if _label(label) not in defined:
+                count += 1
+                problems.append(Problem(path, number, f"link [...][{label}]: no [{label}]: "
+                                        f"definition in {path}, so it renders as plain text"))
         for target in targets:
             if SCHEME.match(target) or target.startswith("//"):
                 continue

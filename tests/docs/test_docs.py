@@ -13,7 +13,10 @@ Nothing is run: ``workloads`` lines go through ``workloads.cli.build_parser()`` 
 own second pass), ``ansible-playbook`` lines through the parser ``ansible.cli.playbook.PlaybookCLI``
 builds. The planted cases at the end run the same checks over small synthetic pages, so the
 suite itself shows that a wrong option, an unknown subcommand, a missing playbook, a broken link
-or anchor and an unknown role variable each fail, naming the file and line.
+or anchor and an unknown role variable each fail, naming the file and line; and that each other
+form a guide may write a command or a link in (a ``$`` prompt, ``$(…)``, ``bash -c``, ``xargs``,
+an Ansible task, a reference-style or HTML link, …) is read, passing when right and failing when
+wrong.
 """
 
 from __future__ import annotations
@@ -225,3 +228,107 @@ def test_github_slugs(heading: str, anchor: str) -> None:
 
 def test_repeated_headings_are_numbered() -> None:
     assert {"usage", "usage-1", "usage-2"} <= doccheck.anchors("# Usage\n## Usage\n### Usage\n")
+
+
+# The next case of each family: command lines written in the other forms a guide may use,
+# links written in the other Markdown (and HTML) forms. Each form, written right, passes ...
+GOOD_FORMS = """\
+# Forms
+
+```console
+$ workloads accept --quick
+% ansible-playbook -i inventory site.yml --check
+```
+
+```sh
+(cd ansible && ansible-playbook -i inventory site.yml --check)
+if workloads check --require-gpu; then echo ready; fi
+for host in a b; do workloads accept --quick; done
+! workloads check --require-gpu
+{ workloads check; } 2>&1 | tee check.log
+run=$(workloads accept --quick --json)
+echo `workloads check`
+bash -c 'workloads accept --quick'
+ssh gpu1 'workloads health --since-boot'
+echo a | xargs -n1 workloads check
+nice -n 10 numactl --cpunodebind=0 workloads cifar10 --model cnn
+uv run workloads style --width 64
+python -u -X dev -m workloads check
+docker exec -it bench workloads check
+podman run --rm tfhost/workloads:cpu check
+```
+
+```ini
+ExecStart=/opt/tfhost/bin/workloads health --since-boot
+```
+
+```yaml
+- name: Check the host
+  ansible.builtin.command: workloads check --require-gpu
+```
+
+> ```sh
+> workloads accept --quick
+> ```
+
+See [the guide][g], [XIDs][], <a href="guide.md#the-errors-check-xids">XIDs</a>,
+<img src="guide.md" alt="x"> and [titled](guide.md 'A title') [twice](guide.md (Another)).
+
+[g]: guide.md "The guide"
+[xids]: guide.md#the-errors-check-xids 'XIDs'
+"""
+
+
+def test_the_other_forms_are_read_and_pass(site: Path) -> None:
+    assert problems_of(GOOD_FORMS, site) == []
+    commands, _ = doccheck.commands_in("docs/page.md", GOOD_FORMS)
+    lines = {c.line for c in commands if c.whole}
+    assert lines == {4, 5, *range(9, 24), 27, 32, 36}, sorted(lines)
+    links, _ = doccheck.check_links("docs/page.md", GOOD_FORMS, site)
+    assert links == 6  # the HTML link and image, the two titled links, the two definitions
+
+
+# ... and the same form with one error in it fails, naming the line: (page, line, message).
+PLANTED_FORMS = {
+    "$ prompt": ("```console\n$ workloads accept --quik\n```\n", 2, "--quik"),
+    "$ prompt, ansible-playbook": ("```console\n$ ansible-playbook site.yml --chekc\n```\n", 2,
+                                   "--chekc"),
+    "subshell": ("```sh\n(cd x && workloads accept --quik)\n```\n", 2, "--quik"),
+    "if ... then": ("```sh\nif workloads acept; then :; fi\n```\n", 2, "'acept'"),
+    "for ... do": ("```sh\nfor h in a; do workloads accept --quik; done\n```\n", 2, "--quik"),
+    "$( )": ("```sh\nrun=$(workloads accept --quik)\n```\n", 2, "--quik"),
+    "backquotes": ("```sh\necho `workloads accept --quik`\n```\n", 2, "--quik"),
+    "bash -c": ("```sh\nbash -c 'workloads accept --quik'\n```\n", 2, "--quik"),
+    "ssh HOST": ("```sh\nssh gpu1 workloads health --since-boto\n```\n", 2, "--since-boto"),
+    "xargs": ("```sh\necho a | xargs -n1 workloads accept --quik\n```\n", 2, "--quik"),
+    "nice, numactl": ("```sh\nnice numactl -N 0 workloads accept --quik\n```\n", 2, "--quik"),
+    "uv run": ("```sh\nuv run workloads accept --quik\n```\n", 2, "--quik"),
+    "python -u -m": ("```sh\npython -u -m workloads accept --quik\n```\n", 2, "--quik"),
+    "docker exec": ("```sh\ndocker exec c workloads accept --quik\n```\n", 2, "--quik"),
+    "podman run": ("```sh\npodman run tfhost/workloads:cpu accept --quik\n```\n", 2, "--quik"),
+    "ExecStart=": ("```ini\nExecStart=/opt/v/bin/workloads health --since-boto\n```\n", 2,
+                   "--since-boto"),
+    "an Ansible task's command": (
+        "```yaml\n- name: x\n  ansible.builtin.command: workloads check --gpu\n```\n", 3, "--gpu"),
+    "a fence in a blockquote": ("> ```sh\n> workloads accept --quik\n> ```\n", 2, "--quik"),
+    "reference link": ("# P\n\nSee [x][r].\n\n[r]: guidee.md\n", 5, "guidee.md does not exist"),
+    "undefined reference label": ("# P\n\nSee [x][nosuch].\n", 3, "no [nosuch]: definition"),
+    "HTML a href": ('# P\n\n<a href="guidee.md">x</a>\n', 3, "guidee.md does not exist"),
+    "HTML img src": ('# P\n\n<img src="shot.png">\n', 3, "shot.png does not exist"),
+    "link with a quoted title": ("# P\n\n[x](guidee.md 'T')\n", 3, "guidee.md does not exist"),
+    "link with a title in parentheses": ("# P\n\n[x](guidee.md (T))\n", 3,
+                                         "guidee.md does not exist"),
+    "anchor differing in case": ("# P\n\n[x](guide.md#The-errors-check-xids)\n", 3,
+                                 "did you mean #the-errors-check-xids?"),
+    "anchor keeping punctuation": ("# P\n\n[x](guide.md#the-errors-check:-xids)\n", 3,
+                                   "did you mean #the-errors-check-xids?"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED_FORMS))
+def test_a_planted_error_in_another_form_fails(site: Path, case: str) -> None:
+    page, line, expected = PLANTED_FORMS[case]
+    found = problems_of(page, site)
+    assert len(found) == 1, found
+    assert found[0].startswith(f"docs/page.md:{line}: "), found
+    assert expected in found[0], found
