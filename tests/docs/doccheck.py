@@ -441,8 +441,14 @@ def workloads_subcommands() -> list[str]:
     return []
 
 
+# Tags Ansible itself gives meaning to (``--tags all``, ``--skip-tags never``).
+SPECIAL_TAGS = frozenset({"all", "always", "never", "tagged", "untagged"})
+
+
 def check_playbook(command: Command, root: Path) -> list[Problem]:
-    """``ansible-playbook ARGV`` through ansible-playbook's parser; each playbook must exist."""
+    """``ansible-playbook ARGV`` through ansible-playbook's parser; each playbook must be a YAML
+    file of ``ansible/``, and each ``--tags``/``--skip-tags`` name a tag ``ansible/`` carries
+    (Ansible runs nothing, silently, for a tag nothing carries)."""
     if not (command.argv or command.whole):
         return []
     namespace, error = _parse_quietly(playbook_parser(), command.argv)
@@ -455,9 +461,21 @@ def check_playbook(command: Command, root: Path) -> list[Problem]:
         if "<" in playbook or CAPS_PLACEHOLDER.match(Path(playbook).stem):
             continue
         here = (root / command.path).parent
-        if not any((base / playbook).is_file() for base in (root / "ansible", root, here)):
+        found = any((base / playbook).is_file() for base in (root / "ansible", root, here))
+        if not found or Path(playbook).suffix not in (".yml", ".yaml"):
             problems.append(Problem(command.path, command.line,
                                     f"playbook {playbook} is not in ansible/: {command.text}"))
+    known = ansible_names(root).tags | SPECIAL_TAGS
+    for option in ("tags", "skip_tags"):
+        for value in getattr(namespace, option, None) or []:
+            for tag in filter(None, (t.strip() for t in value.split(","))):
+                if tag not in known and "<" not in tag and not CAPS_PLACEHOLDER.match(tag):
+                    close = difflib.get_close_matches(tag, sorted(known), n=1)
+                    hint = f" (did you mean {close[0]}?)" if close else ""
+                    flag = "--" + option.replace("_", "-")
+                    problems.append(Problem(command.path, command.line,
+                                            f"{flag} {tag}: no play, role or task of ansible/ "
+                                            f"carries that tag{hint}: {command.text}"))
     return problems
 
 
@@ -570,6 +588,7 @@ class AnsibleNames:
 
     options: dict[str, frozenset[str]]
     other: dict[str, str]  # name -> what it is: play variable, module, tag, fact, internal variable
+    tags: frozenset[str] = frozenset()  # every tag a play, role or task of ansible/ carries
 
     @property
     def pattern(self) -> re.Pattern[str]:
@@ -599,6 +618,7 @@ def ansible_names(root: Path = ROOT) -> AnsibleNames:
             names |= set((entry or {}).get("options") or {})
         options[spec.parts[-3]] = frozenset(names)
     other: dict[str, str] = {}
+    carried: set[str] = set()
     for module in [*ansible.glob("library/*.py"), *ansible.glob("roles/*/library/*.py")]:
         other[module.stem] = "module"
     for internal in ansible.glob("roles/*/vars/*.yml"):
@@ -609,6 +629,7 @@ def ansible_names(root: Path = ROOT) -> AnsibleNames:
         tags = node.get("tags")
         for tag in [tags] if isinstance(tags, str) else tags if isinstance(tags, list) else []:
             other.setdefault(str(tag), "tag")
+            carried.add(str(tag))
         if isinstance(node.get("register"), str):
             other.setdefault(str(node["register"]), "registered fact")
         facts = node.get("ansible.builtin.set_fact", node.get("set_fact"))
@@ -623,7 +644,7 @@ def ansible_names(root: Path = ROOT) -> AnsibleNames:
     for playbook in ansible.glob("*.yml"):
         for name in re.findall(r"\b[a-z][a-z0-9_]+\b", playbook.read_text(encoding="utf-8")):
             other.setdefault(name, "play variable")
-    return AnsibleNames(options, other)
+    return AnsibleNames(options, other, frozenset(carried))
 
 
 # What a guide may show being set (``name: value``, ``-e name=value``): a role's option or a

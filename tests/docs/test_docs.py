@@ -105,7 +105,8 @@ def test_the_per_card_tables_are_the_reference_data() -> None:
 def site(tmp_path: Path) -> Path:
     """A synthetic repository root: one playbook, one guide to link to."""
     (tmp_path / "ansible").mkdir()
-    (tmp_path / "ansible" / "site.yml").write_text("- hosts: all\n", encoding="utf-8")
+    (tmp_path / "ansible" / "site.yml").write_text("- hosts: all\n  tags: [nvidia_driver]\n",
+                                                   encoding="utf-8")
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "guide.md").write_text("# A guide\n\n## The `errors` check: XIDs\n",
                                                 encoding="utf-8")
@@ -139,6 +140,10 @@ cd ansible && ansible-playbook -i ~/my-inventory site.yml --ask-vault-pass --che
 ansible-playbook -i ~/my-inventory site.yml --limit gpu7,localhost -e nvidia_driver_branch=590
 ```
 
+```console
+$ ansible-playbook -i inventory site.yml --tags nvidia_driver,always --skip-tags never
+```
+
 Prose may name `workloads report --fleet` or `workloads sweep` without every argument; see
 [the guide](guide.md#the-errors-check-xids), [this page](#good) and `acceptance_enforce: true`.
 """
@@ -148,7 +153,7 @@ def test_the_good_forms_pass(site: Path) -> None:
     assert problems_of(GOOD, site) == []
     commands, _ = doccheck.commands_in("docs/page.md", GOOD)
     whole = [c for c in commands if c.whole]
-    assert len(whole) == 13  # each line above, the docker forms included, is read
+    assert len(whole) == 14  # each line above, the docker forms included, is read
 
 
 # (page, what the one problem must say): each plants one error on line 3.
@@ -312,6 +317,12 @@ PLANTED_FORMS = {
         "```yaml\n- name: x\n  ansible.builtin.command: workloads check --gpu\n```\n", 3, "--gpu"),
     "a fence in a blockquote": ("> ```sh\n> workloads accept --quik\n> ```\n", 2, "--quik"),
     "reference link": ("# P\n\nSee [x][r].\n\n[r]: guidee.md\n", 5, "guidee.md does not exist"),
+    "a tag nothing carries": ("```sh\nansible-playbook site.yml --tags nvidia_drivr\n```\n", 2,
+                              "--tags nvidia_drivr: no play, role or task of ansible/ carries"),
+    "a skipped tag nothing carries": ("```sh\nansible-playbook site.yml --skip-tags nvidia\n```\n",
+                                      2, "--skip-tags nvidia: no play"),
+    "a playbook that is no YAML file": ("```sh\nansible-playbook -i inventory guide.md\n```\n", 2,
+                                        "playbook guide.md is not in ansible/"),
     "undefined reference label": ("# P\n\nSee [x][nosuch].\n", 3, "no [nosuch]: definition"),
     "HTML a href": ('# P\n\n<a href="guidee.md">x</a>\n', 3, "guidee.md does not exist"),
     "HTML img src": ('# P\n\n<img src="shot.png">\n', 3, "shot.png does not exist"),
