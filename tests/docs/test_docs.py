@@ -21,6 +21,7 @@ wrong.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,30 @@ def test_every_guide_is_linked_from_the_front_page() -> None:
     readme = read("README.md")
     for guide in sorted((ROOT / "docs").glob("*.md")):
         assert f"](docs/{guide.name}" in readme, f"README.md does not link docs/{guide.name}"
+
+
+# What a run log looks like: a test-suite command or result, a run of the whole suite, CI.
+RUN_LOG = re.compile(r"\bpytest\b|\b\d+ (passed|failed)\b|\bsuite's run\b|\.ci/run|\bCI\b")
+# Words of the project's own work history, which user pages do not speak.
+HISTORY = re.compile(r"\bsession\b|\bissue #?\d+|#\d{2,}\b|\bwas (added|changed|fixed)\b",
+                     re.IGNORECASE)
+
+
+def test_benchmarks_is_a_user_page() -> None:
+    """docs/benchmarks.md holds the figures a user compares with, not the test suite's runs:
+    those, and the suite's time, are docs/development.md's."""
+    found = [f"docs/benchmarks.md:{n}: {line}"
+             for n, line in enumerate(read("docs/benchmarks.md").split("\n"), 1)
+             if RUN_LOG.search(line)]
+    assert not found, "a test-suite run in a user page (move it to docs/development.md):\n" + \
+        "\n".join(found)
+
+
+def test_user_pages_speak_no_work_history() -> None:
+    user_pages = ["README.md", *(p for p in PAGES if p.startswith("docs/"))]
+    found = [f"{rel}:{n}: {line}" for rel in user_pages
+             for n, line in enumerate(read(rel).split("\n"), 1) if HISTORY.search(line)]
+    assert not found, "\n".join(found)
 
 
 def test_the_per_card_tables_are_the_reference_data() -> None:
