@@ -441,6 +441,55 @@ def workloads_subcommands() -> list[str]:
     return []
 
 
+def vaulted_groups(root: Path) -> frozenset[str]:
+    """The example inventory's groups whose group_vars hold an encrypted file (``ansible-vault``):
+    the guides copy it (``cp -r inventory ~/my-inventory``) and create that vault."""
+    group_vars = root / "ansible" / "inventory" / "group_vars"
+    groups = set()
+    for path in group_vars.rglob("*") if group_vars.is_dir() else []:
+        if path.is_file() and path.read_bytes().startswith(b"$ANSIBLE_VAULT;"):
+            groups.add(path.relative_to(group_vars).parts[0].removesuffix(".yml"))
+    return frozenset(groups)
+
+
+def play_groups(playbook: Path) -> set[str]:
+    """The groups a playbook's plays run on, ``{{ x | default('group') }}`` read as its default."""
+    groups: set[str] = set()
+    for play in yaml.safe_load(playbook.read_text(encoding="utf-8")) or []:
+        hosts = str(play.get("hosts", "")) if isinstance(play, dict) else ""
+        default = re.search(r"default\(\s*['\"]([^'\"]+)['\"]", hosts)
+        pattern = default.group(1) if default else hosts
+        groups |= {g.strip("!&") for g in re.split(r"[:,]", pattern) if g.strip("!&")}
+    return groups
+
+
+def _vault_secret(command: Command, namespace: argparse.Namespace, root: Path) -> list[Problem]:
+    """A play on a group whose vars hold a vault needs its secret, or Ansible stops at "no vault
+    secrets found" before the first task: against the guides' inventory (``~/my-inventory`` or
+    the example ``inventory``, ansible.cfg's default), every such line must give one."""
+    inventories = getattr(namespace, "inventory", None) or ["inventory"]
+    if not any("inventory" in Path(i).name for i in inventories):
+        return []  # -i gpu7, or a site's own inventory: the guides know nothing of its vaults
+    secrets = ("ask_vault_pass", "vault_password_files", "vault_ids")
+    if any(getattr(namespace, name, None) for name in secrets) \
+            or "ANSIBLE_VAULT_PASSWORD_FILE=" in command.text:
+        return []
+    vaulted = vaulted_groups(root)
+    problems = []
+    for playbook in getattr(namespace, "args", []):
+        path = root / "ansible" / playbook
+        if not vaulted or not path.is_file():
+            continue
+        needing = sorted(g for g in play_groups(path) if g in vaulted or g == "all")
+        if needing:
+            problems.append(Problem(
+                command.path, command.line,
+                f"{playbook} runs on {needing[0]}, whose group_vars hold a vault: add "
+                f"--ask-vault-pass (or --vault-password-file), or Ansible stops at 'no vault "
+                f"secrets found': {command.text}"))
+    return problems
+
+
 # Tags Ansible itself gives meaning to (``--tags all``, ``--skip-tags never``).
 SPECIAL_TAGS = frozenset({"all", "always", "never", "tagged", "untagged"})
 
@@ -465,6 +514,8 @@ def check_playbook(command: Command, root: Path) -> list[Problem]:
         if not found or Path(playbook).suffix not in (".yml", ".yaml"):
             problems.append(Problem(command.path, command.line,
                                     f"playbook {playbook} is not in ansible/: {command.text}"))
+    if command.whole:
+        problems += _vault_secret(command, namespace, root)
     known = ansible_names(root).tags | SPECIAL_TAGS
     for option in ("tags", "skip_tags"):
         for value in getattr(namespace, option, None) or []:

@@ -368,3 +368,30 @@ def test_a_planted_error_in_another_form_fails(site: Path, case: str) -> None:
     assert len(found) == 1, found
     assert found[0].startswith(f"docs/page.md:{line}: "), found
     assert expected in found[0], found
+
+
+def test_a_play_on_a_vaulted_group_without_its_secret_fails(site: Path) -> None:
+    """The guides' inventory keeps the NGC key in gpu_hosts' vault: a documented play on that
+    group without the vault's secret stops at "no vault secrets found" before its first task."""
+    vault = site / "ansible" / "inventory" / "group_vars" / "gpu_hosts" / "vault.yml"
+    vault.parent.mkdir(parents=True)
+    vault.write_text("$ANSIBLE_VAULT;1.1;AES256\n6162\n", encoding="utf-8")
+    (site / "ansible" / "accept.yml").write_text(
+        "- hosts: localhost\n- hosts: \"{{ acceptance_hosts | default('gpu_hosts') }}\"\n",
+        encoding="utf-8")
+    (site / "ansible" / "other.yml").write_text("- hosts: kvm_hosts\n", encoding="utf-8")
+    good = ("```sh\n"
+            "ansible-playbook -i ~/my-inventory accept.yml --ask-vault-pass\n"
+            "ansible-playbook -i inventory accept.yml --vault-password-file vault.pass\n"
+            "ANSIBLE_VAULT_PASSWORD_FILE=~/.vault-pass ansible-playbook accept.yml\n"
+            "ansible-playbook -i ~/my-inventory other.yml\n"
+            "ansible-playbook -i gpu7, accept.yml\n"
+            "```\n"
+            "Prose may name `ansible-playbook accept.yml`.\n")
+    assert problems_of(good, site) == []
+    for line in ("ansible-playbook -i ~/my-inventory accept.yml -e acceptance_enforce=true",
+                 "ansible-playbook accept.yml --limit gpu7,localhost"):
+        found = problems_of(f"```sh\n{line}\n```\n", site)
+        assert len(found) == 1 and found[0].startswith("docs/page.md:2: "), found
+        assert "accept.yml runs on gpu_hosts, whose group_vars hold a vault: add " \
+               "--ask-vault-pass" in found[0], found
