@@ -12,6 +12,7 @@ command lines through the parsers the programs themselves use, without running a
 * relative links (inline, reference-style with their definitions, HTML ``<a href>`` and
   ``<img src>``), and their ``#anchor`` against the target's headings as GitHub slugs them; a
   ``[text][label]`` whose label the page never defines renders as plain text, and fails too;
+* ``yaml`` code blocks, which must parse;
 * role variables (role-prefixed names such as ``nvidia_driver_branch``) against the role's
   ``meta/argument_specs.yml``; a role-prefixed name that is no option must be something else
   ``ansible/`` defines (a variable a playbook reads, a module, a tag, a registered fact), and
@@ -631,6 +632,28 @@ def check_links(path: str, text: str, root: Path) -> tuple[int, list[Problem]]:
     return count, problems
 
 
+# ---------------------------------------------------------------------------- YAML blocks
+
+YAML_BLOCK = re.compile(r"^(\s*)(```|~~~)\s*ya?ml\s*\n(.*?)^\1\2\s*$", re.MULTILINE | re.DOTALL)
+
+
+def check_yaml(path: str, text: str) -> tuple[int, list[Problem]]:
+    """Every ``yaml`` code block parses: an inventory, vars file or task a reader pastes must
+    load, or Ansible refuses it before doing anything."""
+    problems: list[Problem] = []
+    blocks = list(YAML_BLOCK.finditer(text))
+    for block in blocks:
+        first = text.count("\n", 0, block.start()) + 2  # the block's first line
+        try:
+            yaml.safe_load(block.group(3))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = first + (mark.line if mark is not None else 0)
+            reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            problems.append(Problem(path, line, f"the YAML block does not parse: {reason}"))
+    return len(blocks), problems
+
+
 # ---------------------------------------------------------------------------- role variables
 
 @dataclass(frozen=True)
@@ -756,6 +779,7 @@ if __name__ == "__main__":  # python tests/docs/doccheck.py: the same checks, pr
     for rel in guide_paths(ROOT):
         body = (ROOT / rel).read_text(encoding="utf-8")
         everything += check_commands(rel, body, ROOT)[1] + check_links(rel, body, ROOT)[1]
+        everything += check_yaml(rel, body)[1]
         if rel not in NOT_VARIABLE_DOCS:
             everything += check_variables(rel, body, names)[1]
     print(report(everything) or "no problems")

@@ -69,6 +69,16 @@ def test_relative_links_resolve(rel: str) -> None:
     assert not problems, "\n" + doccheck.report(problems)
 
 
+@pytest.mark.parametrize("rel", PAGES)
+def test_yaml_blocks_parse(rel: str) -> None:
+    _, problems = doccheck.check_yaml(rel, read(rel))
+    assert not problems, "\n" + doccheck.report(problems)
+
+
+def test_the_yaml_blocks_are_read() -> None:
+    assert sum(doccheck.check_yaml(rel, read(rel))[0] for rel in PAGES) >= 10
+
+
 @pytest.mark.parametrize("rel", [p for p in PAGES if p not in doccheck.NOT_VARIABLE_DOCS])
 def test_role_variables_exist(rel: str) -> None:
     """Every role-prefixed name a guide uses is in the role's meta/argument_specs.yml (or is a
@@ -142,6 +152,7 @@ def problems_of(page: str, root: Path, rel: str = "docs/page.md") -> list[str]:
     (root / rel).write_text(page, encoding="utf-8")
     found = doccheck.check_commands(rel, page, root)[1] + doccheck.check_links(rel, page, root)[1]
     found += doccheck.check_variables(rel, page, doccheck.ansible_names(ROOT))[1]
+    found += doccheck.check_yaml(rel, page)[1]
     return [str(p) for p in found]
 
 
@@ -348,6 +359,9 @@ PLANTED_FORMS = {
                                       2, "--skip-tags nvidia: no play"),
     "a playbook that is no YAML file": ("```sh\nansible-playbook -i inventory guide.md\n```\n", 2,
                                         "playbook guide.md is not in ansible/"),
+    "a YAML block that does not parse": (
+        "```yaml\nall:\n  hosts:\n    gpu1: {ansible_host: 10.0.0.1\n```\n", 5,
+        "the YAML block does not parse"),
     "undefined reference label": ("# P\n\nSee [x][nosuch].\n", 3, "no [nosuch]: definition"),
     "HTML a href": ('# P\n\n<a href="guidee.md">x</a>\n', 3, "guidee.md does not exist"),
     "HTML img src": ('# P\n\n<img src="shot.png">\n', 3, "shot.png does not exist"),
