@@ -96,6 +96,15 @@ def test_front_page_opens_with_the_two_commands() -> None:
     assert len(lines) <= 250
 
 
+def test_every_guide_opens_with_what_the_reader_will_have() -> None:
+    """A guide's first paragraph after its title says what the reader has at its end."""
+    for guide in sorted((ROOT / "docs").glob("*.md")):
+        paragraphs = [p for p in guide.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+        assert paragraphs[0].startswith("# "), guide.name
+        assert paragraphs[1].startswith("**At the end of this"), (
+            f"docs/{guide.name} does not open with what the reader will have at its end")
+
+
 def test_every_guide_is_linked_from_the_front_page() -> None:
     readme = read("README.md")
     for guide in sorted((ROOT / "docs").glob("*.md")):
