@@ -1,6 +1,6 @@
 """`vagrant up` for real: the Vagrantfile boots, provisions site.yml and passes tests/infra.
 
-The commands are the README's (docs/gpu-passthrough.md, "3. The guests"):
+The commands are docs/gpu-passthrough.md's ("3. The guests"):
 
     vagrant box add --name tfhost/debian12 <box folder>/tfhost-debian12.box
     vagrant up --provider=libvirt
