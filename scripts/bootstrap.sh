@@ -40,7 +40,7 @@ fi
 # (requirements/*.txt, from scripts/lock-deps.sh; the images install the same files).
 # It holds the build requirements too (setuptools, wheel), so the package itself is built
 # with those (--no-build-isolation) instead of copies fetched unchecked for the build.
-# The dev tools are not hash-locked: see README.md "Dependencies" for why.
+# The dev tools are not hash-locked: docs/security.md, "Locked, with hashes", says why.
 case ",$extras," in
   *,gpu,*) lock=requirements/gpu.txt ;;
   *) lock=requirements/cpu.txt ;;

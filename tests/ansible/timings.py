@@ -1,6 +1,6 @@
 """Durations the Ansible tests measure, printed at the end of the session and kept as JSON.
 
-Performance is reported, never asserted: the numbers go to docs/benchmarks.md.
+Performance is reported, never asserted: the numbers go to docs/development.md.
 """
 
 from __future__ import annotations

@@ -9,26 +9,35 @@ command lines through the parsers the programs themselves use, without running a
   -- ARGS`` and of ``workloads monitor … -- workloads ARGS`` included;
 * ``ansible-playbook …`` lines through the parser ``ansible.cli.playbook.PlaybookCLI`` builds
   for the real ``ansible-playbook``, and the playbook they name must exist in ``ansible/``;
-* relative links, and their ``#anchor`` against the target's headings as GitHub slugs them;
+* relative links (inline, reference-style with their definitions, HTML ``<a href>`` and
+  ``<img src>``), and their ``#anchor`` against the target's headings as GitHub slugs them; a
+  ``[text][label]`` whose label the page never defines renders as plain text, and fails too;
+* ``yaml`` code blocks, which must parse;
 * role variables (role-prefixed names such as ``nvidia_driver_branch``) against the role's
   ``meta/argument_specs.yml``; a role-prefixed name that is no option must be something else
   ``ansible/`` defines (a variable a playbook reads, a module, a tag, a registered fact), and
   where a guide sets it (``name: value``, ``-e name=value``) an option or a playbook's variable.
 
-Where commands are read: fenced code blocks (any language), indented code blocks, and inline
-code spans in prose. A line is one logical shell line (``\\`` continuations joined, ``#``
-comments dropped) split into simple commands at ``&&``, ``||``, ``;``, ``|`` and ``&``. A
-simple command is checked when its program is ``workloads`` (any path ending in it:
-``.venv/bin/workloads``, ``<acceptance_venv>/bin/workloads``), ``python -m workloads``, or
-``ansible-playbook``, after leading ``NAME=value`` assignments and the wrappers ``sudo``,
-``env``, ``time``, ``exec``, ``nohup``, ``timeout N``, ``srun …``, ``apptainer``/``singularity
-exec IMAGE`` and ``mpirun …`` (the first ``workloads`` word after them); ``docker run …
-IMAGE ARGS`` is checked when IMAGE is a ``…/workloads:TAG`` image (whose entrypoint is
-``workloads``; a leading ``workloads`` word in ARGS is the same program), or when a later word
-is ``workloads``. Placeholders stay as written (``~/my-inventory``, ``<run>``, ``SPEC.yaml``
-parse as the values they stand for); ``...`` and ``…`` words (more options) are dropped, and a
-subcommand written in capitals (``workloads COMMAND --help``) is a placeholder, not checked.
-Redirections (``> file``) are dropped.
+Where commands are read: fenced code blocks (any language, inside a blockquote too), indented
+code blocks, and inline code spans in prose. A line is one logical shell line (``\\``
+continuations joined, ``#`` comments dropped, a ``$ `` or ``% `` prompt dropped) split into
+simple commands at ``&&``, ``||``, ``;``, ``|``, ``&`` and parentheses; the commands of ``$(…)``
+and backquote substitutions and the quoted line of ``bash -c '…'`` or ``ssh HOST '…'`` are read
+as lines of their own. A simple command is checked when its program is ``workloads`` (any path
+ending in it: ``.venv/bin/workloads``, ``<acceptance_venv>/bin/workloads``),
+``python [OPTIONS] -m workloads``, or ``ansible-playbook``, after leading ``NAME=value``
+assignments (``ExecStart=…/bin/workloads …`` is the program itself), the shell's own words
+(``if``, ``then``, ``do``, ``!``, ``{`` …), a YAML key or list marker (``- command: workloads …``)
+and the wrappers in ``WRAPPERS`` (``sudo``, ``env``, ``timeout N``, ``srun …``, ``xargs``,
+``nice``, ``numactl``, ``uv run``, ``ssh HOST`` …: the first ``workloads`` word after them);
+``docker``/``podman run … IMAGE ARGS`` is checked when IMAGE is a ``…/workloads:TAG`` image
+(whose entrypoint is ``workloads``; a leading ``workloads`` word in ARGS is the same program),
+or when a later word is ``workloads``, and ``docker exec CONTAINER workloads …`` likewise.
+Not read: ``docker compose run SERVICE …`` (the service's entrypoint is in compose.yaml) and a
+``# `` root prompt (a comment to the shell). Placeholders stay as written (``~/my-inventory``,
+``<run>``, ``SPEC.yaml`` parse as the values they stand for); ``...`` and ``…`` words (more
+options) are dropped, and a subcommand written in capitals (``workloads COMMAND --help``) is a
+placeholder, not checked. Redirections (``> file``) are dropped.
 """
 
 from __future__ import annotations
@@ -66,10 +75,25 @@ NOT_VARIABLE_DOCS = ("tests/README.md",)
 # Names a guide shows on purpose as wrong: ansible/README.md shows site.yml refusing this one.
 DELIBERATE_MISSPELLINGS = frozenset({"nvidia_driver_brnach"})
 
-SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "|&"})
+SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "|&", "(", ")", "((", "))"})
 REDIRECTS = frozenset({">", ">>", "<", "2>", "2>>", "&>", "1>"})
 WRAPPERS = frozenset({"sudo", "env", "time", "exec", "nohup", "srun", "mpirun", "timeout",
-                      "apptainer", "singularity", "command"})
+                      "apptainer", "singularity", "command", "xargs", "watch", "nice", "ionice",
+                      "numactl", "taskset", "stdbuf", "chrt", "setsid", "flock", "systemd-run",
+                      "unbuffer", "ssh", "uv", "pipx", "poetry", "pdm", "hatch", "conda",
+                      "mamba", "micromamba", "runuser", "su"})
+# Words the shell reads before a command: `if workloads check; then`, `do workloads …; done`.
+SHELL_KEYWORDS = frozenset({"!", "{", "}", "if", "then", "elif", "else", "while", "until", "do"})
+# Shells whose quoted argument is a command line of its own: `bash -c '…'`, `ssh HOST '…'`.
+INNER_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ssh", "su", "runuser"})
+# Engines whose `run IMAGE ARGS` runs the image's entrypoint, and `exec CONTAINER CMD` a command.
+ENGINES = frozenset({"docker", "podman", "nerdctl"})
+# A shell prompt written before a documented command: `$ workloads check`, `% workloads check`.
+PROMPT = re.compile(r"^\s*[$%]\s+")
+# A YAML list item or key before a command: `- workloads check`, `ansible.builtin.command: …`.
+YAML_KEY = re.compile(r"^(-|[A-Za-z_][\w.-]*:)$")
+# Command substitutions, innermost first: $(…) without nested parentheses, and `…`.
+SUBSTITUTION = re.compile(r"\$\(([^()]*)\)|`([^`]*)`")
 PLACEHOLDER_WORDS = frozenset({"...", "…"})
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
@@ -104,6 +128,7 @@ class Command:
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+BLOCKQUOTE = re.compile(r"^(\s{0,3}>\s?)+")
 
 
 @dataclass
@@ -123,7 +148,11 @@ def read_page(path: str, text: str) -> Page:
     previous_blank = True
     in_indented = False
     in_list = False
+    fence_quoted = False
     for number, line in enumerate(text.split("\n"), 1):
+        quoted = BLOCKQUOTE.match(line)
+        if quoted and (fence_quoted or not in_fence):  # > ```sh: a block inside a quote
+            line = line[quoted.end():]
         fence = FENCE.match(line)
         if in_fence:
             if fence and fence.group(1) == in_fence:
@@ -133,6 +162,7 @@ def read_page(path: str, text: str) -> Page:
             continue
         if fence:
             in_fence = fence.group(1)
+            fence_quoted = bool(quoted)
             in_indented = False
             continue
         blank = not line.strip()
@@ -189,7 +219,7 @@ def strip_comment(line: str) -> str:
 
 def split_commands(line: str) -> list[list[str]]:
     """Shell words of ``line``, cut into simple commands; raises ValueError on open quotes."""
-    lexer = shlex.shlex(strip_comment(line), posix=True, punctuation_chars=";&|")
+    lexer = shlex.shlex(strip_comment(line), posix=True, punctuation_chars=";&|()")
     lexer.whitespace_split = True
     lexer.commenters = ""
     commands: list[list[str]] = [[]]
@@ -220,8 +250,14 @@ def _is_workloads(word: str) -> bool:
 
 def recognise(words: list[str]) -> tuple[str, list[str]] | None:
     """(program, argv) when ``words`` runs ``workloads`` or ``ansible-playbook``, else None."""
+    while len(words) > 2 and YAML_KEY.match(words[0]):  # - command: workloads check (a task)
+        words = words[1:]
     i = 0
-    while i < len(words) and ENV_ASSIGNMENT.match(words[i]):
+    while i < len(words) and (ENV_ASSIGNMENT.match(words[i]) or words[i] in SHELL_KEYWORDS):
+        # ExecStart=/opt/venv/bin/workloads health: an assignment whose value is the program
+        value = words[i].partition("=")[2]
+        if value and _is_workloads(value):
+            return "workloads", words[i + 1:]
         i += 1
     words = words[i:]
     if not words:
@@ -231,9 +267,14 @@ def recognise(words: list[str]) -> tuple[str, list[str]] | None:
         return "workloads", words[1:]
     if head == "ansible-playbook":
         return "ansible-playbook", words[1:]
-    if PYTHON.match(head) and words[1:3] == ["-m", "workloads"]:
-        return "workloads", words[3:]
-    if head == "docker" and "run" in words[1:3]:
+    if PYTHON.match(head) and "-m" in words:  # python -m, python -u -m, python -X dev -m
+        at = words.index("-m")
+        if words[at + 1:at + 2] == ["workloads"]:
+            return "workloads", words[at + 2:]
+    if head in ENGINES and "exec" in words[1:3]:
+        found = _after_workloads(words[words.index("exec") + 1:])
+        return ("workloads", found) if found is not None else None
+    if head in ENGINES and "run" in words[1:3]:
         rest = words[words.index("run") + 1:]
         for j, word in enumerate(rest):
             if re.search(r"(^|/)workloads:[^/\s]*$", word):
@@ -259,6 +300,24 @@ def _after_workloads(words: list[str]) -> list[str] | None:
     return None
 
 
+def simple_commands(line: str, substitutions: bool = True, depth: int = 0) -> list[list[str]]:
+    """The simple commands of a shell line, those it runs inside it included: the commands of
+    ``$(…)`` and backquote substitutions (``substitutions``; an inline code span's backquotes are
+    its own delimiters), and the quoted command line of ``bash -c '…'`` or ``ssh HOST '…'``."""
+    inner: list[list[str]] = []
+    if substitutions:
+        while match := SUBSTITUTION.search(line):
+            inner += simple_commands(match.group(1) or match.group(2) or "", True, depth + 1)
+            line = line[:match.start()] + " SUBSTITUTED " + line[match.end():]
+    commands = split_commands(line)
+    for words in commands:
+        if basename(words[0]) in INNER_SHELLS and depth < 3:
+            for word in words[1:]:
+                if re.search(r"\s", word):
+                    inner += simple_commands(word, substitutions, depth + 1)
+    return commands + inner
+
+
 def commands_in(path: str, text: str) -> tuple[list[Command], list[Problem]]:
     """Every ``workloads`` and ``ansible-playbook`` command of a page; lines that do not split."""
     page = read_page(path, text)
@@ -267,8 +326,10 @@ def commands_in(path: str, text: str) -> tuple[list[Command], list[Problem]]:
     sources = [(n, line, True) for n, line in logical_lines(page.code)]
     sources += [(n, span, False) for n, span in page.inline]
     for number, line, is_block in sources:
+        if is_block:
+            line = PROMPT.sub("", line)
         try:
-            commands = split_commands(line)
+            commands = simple_commands(line, substitutions=is_block)
         except ValueError as exc:
             if is_block and re.search(r"\b(workloads|ansible-playbook)\b", line):
                 message = f"cannot split into shell words ({exc}): {line.strip()}"
@@ -381,8 +442,63 @@ def workloads_subcommands() -> list[str]:
     return []
 
 
+def vaulted_groups(root: Path) -> frozenset[str]:
+    """The example inventory's groups whose group_vars hold an encrypted file (``ansible-vault``):
+    the guides copy it (``cp -r inventory ~/my-inventory``) and create that vault."""
+    group_vars = root / "ansible" / "inventory" / "group_vars"
+    groups = set()
+    for path in group_vars.rglob("*") if group_vars.is_dir() else []:
+        if path.is_file() and path.read_bytes().startswith(b"$ANSIBLE_VAULT;"):
+            groups.add(path.relative_to(group_vars).parts[0].removesuffix(".yml"))
+    return frozenset(groups)
+
+
+def play_groups(playbook: Path) -> set[str]:
+    """The groups a playbook's plays run on, ``{{ x | default('group') }}`` read as its default."""
+    groups: set[str] = set()
+    for play in yaml.safe_load(playbook.read_text(encoding="utf-8")) or []:
+        hosts = str(play.get("hosts", "")) if isinstance(play, dict) else ""
+        default = re.search(r"default\(\s*['\"]([^'\"]+)['\"]", hosts)
+        pattern = default.group(1) if default else hosts
+        groups |= {g.strip("!&") for g in re.split(r"[:,]", pattern) if g.strip("!&")}
+    return groups
+
+
+def _vault_secret(command: Command, namespace: argparse.Namespace, root: Path) -> list[Problem]:
+    """A play on a group whose vars hold a vault needs its secret, or Ansible stops at "no vault
+    secrets found" before the first task: against the guides' inventory (``~/my-inventory`` or
+    the example ``inventory``, ansible.cfg's default), every such line must give one."""
+    inventories = getattr(namespace, "inventory", None) or ["inventory"]
+    if not any("inventory" in Path(i).name for i in inventories):
+        return []  # -i gpu7, or a site's own inventory: the guides know nothing of its vaults
+    secrets = ("ask_vault_pass", "vault_password_files", "vault_ids")
+    if any(getattr(namespace, name, None) for name in secrets) \
+            or "ANSIBLE_VAULT_PASSWORD_FILE=" in command.text:
+        return []
+    vaulted = vaulted_groups(root)
+    problems = []
+    for playbook in getattr(namespace, "args", []):
+        path = root / "ansible" / playbook
+        if not vaulted or not path.is_file():
+            continue
+        needing = sorted(g for g in play_groups(path) if g in vaulted or g == "all")
+        if needing:
+            problems.append(Problem(
+                command.path, command.line,
+                f"{playbook} runs on {needing[0]}, whose group_vars hold a vault: add "
+                f"--ask-vault-pass (or --vault-password-file), or Ansible stops at 'no vault "
+                f"secrets found': {command.text}"))
+    return problems
+
+
+# Tags Ansible itself gives meaning to (``--tags all``, ``--skip-tags never``).
+SPECIAL_TAGS = frozenset({"all", "always", "never", "tagged", "untagged"})
+
+
 def check_playbook(command: Command, root: Path) -> list[Problem]:
-    """``ansible-playbook ARGV`` through ansible-playbook's parser; each playbook must exist."""
+    """``ansible-playbook ARGV`` through ansible-playbook's parser; each playbook must be a YAML
+    file of ``ansible/``, and each ``--tags``/``--skip-tags`` name a tag ``ansible/`` carries
+    (Ansible runs nothing, silently, for a tag nothing carries)."""
     if not (command.argv or command.whole):
         return []
     namespace, error = _parse_quietly(playbook_parser(), command.argv)
@@ -395,9 +511,23 @@ def check_playbook(command: Command, root: Path) -> list[Problem]:
         if "<" in playbook or CAPS_PLACEHOLDER.match(Path(playbook).stem):
             continue
         here = (root / command.path).parent
-        if not any((base / playbook).is_file() for base in (root / "ansible", root, here)):
+        found = any((base / playbook).is_file() for base in (root / "ansible", root, here))
+        if not found or Path(playbook).suffix not in (".yml", ".yaml"):
             problems.append(Problem(command.path, command.line,
                                     f"playbook {playbook} is not in ansible/: {command.text}"))
+    if command.whole:
+        problems += _vault_secret(command, namespace, root)
+    known = ansible_names(root).tags | SPECIAL_TAGS
+    for option in ("tags", "skip_tags"):
+        for value in getattr(namespace, option, None) or []:
+            for tag in filter(None, (t.strip() for t in value.split(","))):
+                if tag not in known and "<" not in tag and not CAPS_PLACEHOLDER.match(tag):
+                    close = difflib.get_close_matches(tag, sorted(known), n=1)
+                    hint = f" (did you mean {close[0]}?)" if close else ""
+                    flag = "--" + option.replace("_", "-")
+                    problems.append(Problem(command.path, command.line,
+                                            f"{flag} {tag}: no play, role or task of ansible/ "
+                                            f"carries that tag{hint}: {command.text}"))
     return problems
 
 
@@ -413,8 +543,14 @@ def check_commands(path: str, text: str, root: Path) -> tuple[list[Command], lis
 
 # ---------------------------------------------------------------------------- links and anchors
 
-LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-REFERENCE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$")
+TITLE = r"""(?:\s+(?:"[^"]*"|'[^']*'|\([^)]*\)))?"""
+LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(\s*<?([^)\s>]+)>?" + TITLE + r"\s*\)")
+REFERENCE = re.compile(r"^\s{0,3}\[([^\]]+)\]:\s*<?(\S+?)>?" + TITLE + r"\s*$")
+# A reference-style use: [text][label], or [label][] (the label is the text).
+REFERENCE_USE = re.compile(r"(?<![\]\\])\[((?:[^\]\\]|\\.)+)\]\[([^\]]*)\]")
+# What HTML in Markdown links to: <a href="…">, <img src="…">.
+HTML_LINK = re.compile(r"""<(?:a|img|source)\b[^>]*?\s(?:href|src)\s*=\s*(["'])(.*?)\1""",
+                       re.IGNORECASE)
 HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
@@ -452,17 +588,29 @@ def anchors(text: str) -> set[str]:
     return result
 
 
+def _label(label: str) -> str:
+    """A reference label as Markdown matches it: case and runs of white space do not count."""
+    return " ".join(label.split()).casefold()
+
+
 def check_links(path: str, text: str, root: Path) -> tuple[int, list[Problem]]:
     """Every relative link of a page resolves, and its #anchor names a heading of the target."""
     page = read_page(path, text)
     problems: list[Problem] = []
     count = 0
     own_dir = (root / path).parent
+    defined = {_label(m.group(1)) for _, line in page.prose if (m := REFERENCE.match(line))}
     for number, line in page.prose:
-        targets = LINK.findall(line)
+        targets = LINK.findall(line) + [m.group(2) for m in HTML_LINK.finditer(line)]
         reference = REFERENCE.match(line)
         if reference:
-            targets.append(reference.group(1))
+            targets.append(reference.group(2))
+        for use in REFERENCE_USE.finditer(line):
+            label = use.group(2) or use.group(1)
+            if _label(label) not in defined:
+                count += 1
+                problems.append(Problem(path, number, f"link [...][{label}]: no [{label}]: "
+                                        f"definition in {path}, so it renders as plain text"))
         for target in targets:
             if SCHEME.match(target) or target.startswith("//"):
                 continue
@@ -484,6 +632,28 @@ def check_links(path: str, text: str, root: Path) -> tuple[int, list[Problem]]:
     return count, problems
 
 
+# ---------------------------------------------------------------------------- YAML blocks
+
+YAML_BLOCK = re.compile(r"^(\s*)(```|~~~)\s*ya?ml\s*\n(.*?)^\1\2\s*$", re.MULTILINE | re.DOTALL)
+
+
+def check_yaml(path: str, text: str) -> tuple[int, list[Problem]]:
+    """Every ``yaml`` code block parses: an inventory, vars file or task a reader pastes must
+    load, or Ansible refuses it before doing anything."""
+    problems: list[Problem] = []
+    blocks = list(YAML_BLOCK.finditer(text))
+    for block in blocks:
+        first = text.count("\n", 0, block.start()) + 2  # the block's first line
+        try:
+            yaml.safe_load(block.group(3))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = first + (mark.line if mark is not None else 0)
+            reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            problems.append(Problem(path, line, f"the YAML block does not parse: {reason}"))
+    return len(blocks), problems
+
+
 # ---------------------------------------------------------------------------- role variables
 
 @dataclass(frozen=True)
@@ -492,6 +662,7 @@ class AnsibleNames:
 
     options: dict[str, frozenset[str]]
     other: dict[str, str]  # name -> what it is: play variable, module, tag, fact, internal variable
+    tags: frozenset[str] = frozenset()  # every tag a play, role or task of ansible/ carries
 
     @property
     def pattern(self) -> re.Pattern[str]:
@@ -521,6 +692,7 @@ def ansible_names(root: Path = ROOT) -> AnsibleNames:
             names |= set((entry or {}).get("options") or {})
         options[spec.parts[-3]] = frozenset(names)
     other: dict[str, str] = {}
+    carried: set[str] = set()
     for module in [*ansible.glob("library/*.py"), *ansible.glob("roles/*/library/*.py")]:
         other[module.stem] = "module"
     for internal in ansible.glob("roles/*/vars/*.yml"):
@@ -531,6 +703,7 @@ def ansible_names(root: Path = ROOT) -> AnsibleNames:
         tags = node.get("tags")
         for tag in [tags] if isinstance(tags, str) else tags if isinstance(tags, list) else []:
             other.setdefault(str(tag), "tag")
+            carried.add(str(tag))
         if isinstance(node.get("register"), str):
             other.setdefault(str(node["register"]), "registered fact")
         facts = node.get("ansible.builtin.set_fact", node.get("set_fact"))
@@ -545,7 +718,7 @@ def ansible_names(root: Path = ROOT) -> AnsibleNames:
     for playbook in ansible.glob("*.yml"):
         for name in re.findall(r"\b[a-z][a-z0-9_]+\b", playbook.read_text(encoding="utf-8")):
             other.setdefault(name, "play variable")
-    return AnsibleNames(options, other)
+    return AnsibleNames(options, other, frozenset(carried))
 
 
 # What a guide may show being set (``name: value``, ``-e name=value``): a role's option or a
@@ -606,6 +779,7 @@ if __name__ == "__main__":  # python tests/docs/doccheck.py: the same checks, pr
     for rel in guide_paths(ROOT):
         body = (ROOT / rel).read_text(encoding="utf-8")
         everything += check_commands(rel, body, ROOT)[1] + check_links(rel, body, ROOT)[1]
+        everything += check_yaml(rel, body)[1]
         if rel not in NOT_VARIABLE_DOCS:
             everything += check_variables(rel, body, names)[1]
     print(report(everything) or "no problems")

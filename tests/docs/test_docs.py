@@ -13,11 +13,15 @@ Nothing is run: ``workloads`` lines go through ``workloads.cli.build_parser()`` 
 own second pass), ``ansible-playbook`` lines through the parser ``ansible.cli.playbook.PlaybookCLI``
 builds. The planted cases at the end run the same checks over small synthetic pages, so the
 suite itself shows that a wrong option, an unknown subcommand, a missing playbook, a broken link
-or anchor and an unknown role variable each fail, naming the file and line.
+or anchor and an unknown role variable each fail, naming the file and line; and that each other
+form a guide may write a command or a link in (a ``$`` prompt, ``$(…)``, ``bash -c``, ``xargs``,
+an Ansible task, a reference-style or HTML link, …) is read, passing when right and failing when
+wrong.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -65,6 +69,16 @@ def test_relative_links_resolve(rel: str) -> None:
     assert not problems, "\n" + doccheck.report(problems)
 
 
+@pytest.mark.parametrize("rel", PAGES)
+def test_yaml_blocks_parse(rel: str) -> None:
+    _, problems = doccheck.check_yaml(rel, read(rel))
+    assert not problems, "\n" + doccheck.report(problems)
+
+
+def test_the_yaml_blocks_are_read() -> None:
+    assert sum(doccheck.check_yaml(rel, read(rel))[0] for rel in PAGES) >= 10
+
+
 @pytest.mark.parametrize("rel", [p for p in PAGES if p not in doccheck.NOT_VARIABLE_DOCS])
 def test_role_variables_exist(rel: str) -> None:
     """Every role-prefixed name a guide uses is in the role's meta/argument_specs.yml (or is a
@@ -82,10 +96,43 @@ def test_front_page_opens_with_the_two_commands() -> None:
     assert len(lines) <= 250
 
 
+def test_every_guide_opens_with_what_the_reader_will_have() -> None:
+    """A guide's first paragraph after its title says what the reader has at its end."""
+    for guide in sorted((ROOT / "docs").glob("*.md")):
+        paragraphs = [p for p in guide.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+        assert paragraphs[0].startswith("# "), guide.name
+        assert paragraphs[1].startswith("**At the end of this"), (
+            f"docs/{guide.name} does not open with what the reader will have at its end")
+
+
 def test_every_guide_is_linked_from_the_front_page() -> None:
     readme = read("README.md")
     for guide in sorted((ROOT / "docs").glob("*.md")):
         assert f"](docs/{guide.name}" in readme, f"README.md does not link docs/{guide.name}"
+
+
+# What a run log looks like: a test-suite command or result, a run of the whole suite, CI.
+RUN_LOG = re.compile(r"\bpytest\b|\b\d+ (passed|failed)\b|\bsuite's run\b|\.ci/run|\bCI\b")
+# Words of the project's own work history, which user pages do not speak.
+HISTORY = re.compile(r"\bsession\b|\bissue #?\d+|#\d{2,}\b|\bwas (added|changed|fixed)\b",
+                     re.IGNORECASE)
+
+
+def test_benchmarks_is_a_user_page() -> None:
+    """docs/benchmarks.md holds the figures a user compares with, not the test suite's runs:
+    those, and the suite's time, are docs/development.md's."""
+    found = [f"docs/benchmarks.md:{n}: {line}"
+             for n, line in enumerate(read("docs/benchmarks.md").split("\n"), 1)
+             if RUN_LOG.search(line)]
+    assert not found, "a test-suite run in a user page (move it to docs/development.md):\n" + \
+        "\n".join(found)
+
+
+def test_user_pages_speak_no_work_history() -> None:
+    user_pages = ["README.md", *(p for p in PAGES if p.startswith("docs/"))]
+    found = [f"{rel}:{n}: {line}" for rel in user_pages
+             for n, line in enumerate(read(rel).split("\n"), 1) if HISTORY.search(line)]
+    assert not found, "\n".join(found)
 
 
 def test_the_per_card_tables_are_the_reference_data() -> None:
@@ -102,7 +149,8 @@ def test_the_per_card_tables_are_the_reference_data() -> None:
 def site(tmp_path: Path) -> Path:
     """A synthetic repository root: one playbook, one guide to link to."""
     (tmp_path / "ansible").mkdir()
-    (tmp_path / "ansible" / "site.yml").write_text("- hosts: all\n", encoding="utf-8")
+    (tmp_path / "ansible" / "site.yml").write_text("- hosts: all\n  tags: [nvidia_driver]\n",
+                                                   encoding="utf-8")
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "guide.md").write_text("# A guide\n\n## The `errors` check: XIDs\n",
                                                 encoding="utf-8")
@@ -113,6 +161,7 @@ def problems_of(page: str, root: Path, rel: str = "docs/page.md") -> list[str]:
     (root / rel).write_text(page, encoding="utf-8")
     found = doccheck.check_commands(rel, page, root)[1] + doccheck.check_links(rel, page, root)[1]
     found += doccheck.check_variables(rel, page, doccheck.ansible_names(ROOT))[1]
+    found += doccheck.check_yaml(rel, page)[1]
     return [str(p) for p in found]
 
 
@@ -136,6 +185,10 @@ cd ansible && ansible-playbook -i ~/my-inventory site.yml --ask-vault-pass --che
 ansible-playbook -i ~/my-inventory site.yml --limit gpu7,localhost -e nvidia_driver_branch=590
 ```
 
+```console
+$ ansible-playbook -i inventory site.yml --tags nvidia_driver,always --skip-tags never
+```
+
 Prose may name `workloads report --fleet` or `workloads sweep` without every argument; see
 [the guide](guide.md#the-errors-check-xids), [this page](#good) and `acceptance_enforce: true`.
 """
@@ -145,7 +198,7 @@ def test_the_good_forms_pass(site: Path) -> None:
     assert problems_of(GOOD, site) == []
     commands, _ = doccheck.commands_in("docs/page.md", GOOD)
     whole = [c for c in commands if c.whole]
-    assert len(whole) == 13  # each line above, the docker forms included, is read
+    assert len(whole) == 14  # each line above, the docker forms included, is read
 
 
 # (page, what the one problem must say): each plants one error on line 3.
@@ -225,3 +278,143 @@ def test_github_slugs(heading: str, anchor: str) -> None:
 
 def test_repeated_headings_are_numbered() -> None:
     assert {"usage", "usage-1", "usage-2"} <= doccheck.anchors("# Usage\n## Usage\n### Usage\n")
+
+
+# The next case of each family: command lines written in the other forms a guide may use,
+# links written in the other Markdown (and HTML) forms. Each form, written right, passes ...
+GOOD_FORMS = """\
+# Forms
+
+```console
+$ workloads accept --quick
+% ansible-playbook -i inventory site.yml --check
+```
+
+```sh
+(cd ansible && ansible-playbook -i inventory site.yml --check)
+if workloads check --require-gpu; then echo ready; fi
+for host in a b; do workloads accept --quick; done
+! workloads check --require-gpu
+{ workloads check; } 2>&1 | tee check.log
+run=$(workloads accept --quick --json)
+echo `workloads check`
+bash -c 'workloads accept --quick'
+ssh gpu1 'workloads health --since-boot'
+echo a | xargs -n1 workloads check
+nice -n 10 numactl --cpunodebind=0 workloads cifar10 --model cnn
+uv run workloads style --width 64
+python -u -X dev -m workloads check
+docker exec -it bench workloads check
+podman run --rm tfhost/workloads:cpu check
+```
+
+```ini
+ExecStart=/opt/tfhost/bin/workloads health --since-boot
+```
+
+```yaml
+- name: Check the host
+  ansible.builtin.command: workloads check --require-gpu
+```
+
+> ```sh
+> workloads accept --quick
+> ```
+
+See [the guide][g], [XIDs][], <a href="guide.md#the-errors-check-xids">XIDs</a>,
+<img src="guide.md" alt="x"> and [titled](guide.md 'A title') [twice](guide.md (Another)).
+
+[g]: guide.md "The guide"
+[xids]: guide.md#the-errors-check-xids 'XIDs'
+"""
+
+
+def test_the_other_forms_are_read_and_pass(site: Path) -> None:
+    assert problems_of(GOOD_FORMS, site) == []
+    commands, _ = doccheck.commands_in("docs/page.md", GOOD_FORMS)
+    lines = {c.line for c in commands if c.whole}
+    assert lines == {4, 5, *range(9, 24), 27, 32, 36}, sorted(lines)
+    links, _ = doccheck.check_links("docs/page.md", GOOD_FORMS, site)
+    assert links == 6  # the HTML link and image, the two titled links, the two definitions
+
+
+# ... and the same form with one error in it fails, naming the line: (page, line, message).
+PLANTED_FORMS = {
+    "$ prompt": ("```console\n$ workloads accept --quik\n```\n", 2, "--quik"),
+    "$ prompt, ansible-playbook": ("```console\n$ ansible-playbook site.yml --chekc\n```\n", 2,
+                                   "--chekc"),
+    "subshell": ("```sh\n(cd x && workloads accept --quik)\n```\n", 2, "--quik"),
+    "if ... then": ("```sh\nif workloads acept; then :; fi\n```\n", 2, "'acept'"),
+    "for ... do": ("```sh\nfor h in a; do workloads accept --quik; done\n```\n", 2, "--quik"),
+    "$( )": ("```sh\nrun=$(workloads accept --quik)\n```\n", 2, "--quik"),
+    "backquotes": ("```sh\necho `workloads accept --quik`\n```\n", 2, "--quik"),
+    "bash -c": ("```sh\nbash -c 'workloads accept --quik'\n```\n", 2, "--quik"),
+    "ssh HOST": ("```sh\nssh gpu1 workloads health --since-boto\n```\n", 2, "--since-boto"),
+    "xargs": ("```sh\necho a | xargs -n1 workloads accept --quik\n```\n", 2, "--quik"),
+    "nice, numactl": ("```sh\nnice numactl -N 0 workloads accept --quik\n```\n", 2, "--quik"),
+    "uv run": ("```sh\nuv run workloads accept --quik\n```\n", 2, "--quik"),
+    "python -u -m": ("```sh\npython -u -m workloads accept --quik\n```\n", 2, "--quik"),
+    "docker exec": ("```sh\ndocker exec c workloads accept --quik\n```\n", 2, "--quik"),
+    "podman run": ("```sh\npodman run tfhost/workloads:cpu accept --quik\n```\n", 2, "--quik"),
+    "ExecStart=": ("```ini\nExecStart=/opt/v/bin/workloads health --since-boto\n```\n", 2,
+                   "--since-boto"),
+    "an Ansible task's command": (
+        "```yaml\n- name: x\n  ansible.builtin.command: workloads check --gpu\n```\n", 3, "--gpu"),
+    "a fence in a blockquote": ("> ```sh\n> workloads accept --quik\n> ```\n", 2, "--quik"),
+    "reference link": ("# P\n\nSee [x][r].\n\n[r]: guidee.md\n", 5, "guidee.md does not exist"),
+    "a tag nothing carries": ("```sh\nansible-playbook site.yml --tags nvidia_drivr\n```\n", 2,
+                              "--tags nvidia_drivr: no play, role or task of ansible/ carries"),
+    "a skipped tag nothing carries": ("```sh\nansible-playbook site.yml --skip-tags nvidia\n```\n",
+                                      2, "--skip-tags nvidia: no play"),
+    "a playbook that is no YAML file": ("```sh\nansible-playbook -i inventory guide.md\n```\n", 2,
+                                        "playbook guide.md is not in ansible/"),
+    "a YAML block that does not parse": (
+        "```yaml\nall:\n  hosts:\n    gpu1: {ansible_host: 10.0.0.1\n```\n", 5,
+        "the YAML block does not parse"),
+    "undefined reference label": ("# P\n\nSee [x][nosuch].\n", 3, "no [nosuch]: definition"),
+    "HTML a href": ('# P\n\n<a href="guidee.md">x</a>\n', 3, "guidee.md does not exist"),
+    "HTML img src": ('# P\n\n<img src="shot.png">\n', 3, "shot.png does not exist"),
+    "link with a quoted title": ("# P\n\n[x](guidee.md 'T')\n", 3, "guidee.md does not exist"),
+    "link with a title in parentheses": ("# P\n\n[x](guidee.md (T))\n", 3,
+                                         "guidee.md does not exist"),
+    "anchor differing in case": ("# P\n\n[x](guide.md#The-errors-check-xids)\n", 3,
+                                 "did you mean #the-errors-check-xids?"),
+    "anchor keeping punctuation": ("# P\n\n[x](guide.md#the-errors-check:-xids)\n", 3,
+                                   "did you mean #the-errors-check-xids?"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED_FORMS))
+def test_a_planted_error_in_another_form_fails(site: Path, case: str) -> None:
+    page, line, expected = PLANTED_FORMS[case]
+    found = problems_of(page, site)
+    assert len(found) == 1, found
+    assert found[0].startswith(f"docs/page.md:{line}: "), found
+    assert expected in found[0], found
+
+
+def test_a_play_on_a_vaulted_group_without_its_secret_fails(site: Path) -> None:
+    """The guides' inventory keeps the NGC key in gpu_hosts' vault: a documented play on that
+    group without the vault's secret stops at "no vault secrets found" before its first task."""
+    vault = site / "ansible" / "inventory" / "group_vars" / "gpu_hosts" / "vault.yml"
+    vault.parent.mkdir(parents=True)
+    vault.write_text("$ANSIBLE_VAULT;1.1;AES256\n6162\n", encoding="utf-8")
+    (site / "ansible" / "accept.yml").write_text(
+        "- hosts: localhost\n- hosts: \"{{ acceptance_hosts | default('gpu_hosts') }}\"\n",
+        encoding="utf-8")
+    (site / "ansible" / "other.yml").write_text("- hosts: kvm_hosts\n", encoding="utf-8")
+    good = ("```sh\n"
+            "ansible-playbook -i ~/my-inventory accept.yml --ask-vault-pass\n"
+            "ansible-playbook -i inventory accept.yml --vault-password-file vault.pass\n"
+            "ANSIBLE_VAULT_PASSWORD_FILE=~/.vault-pass ansible-playbook accept.yml\n"
+            "ansible-playbook -i ~/my-inventory other.yml\n"
+            "ansible-playbook -i gpu7, accept.yml\n"
+            "```\n"
+            "Prose may name `ansible-playbook accept.yml`.\n")
+    assert problems_of(good, site) == []
+    for line in ("ansible-playbook -i ~/my-inventory accept.yml -e acceptance_enforce=true",
+                 "ansible-playbook accept.yml --limit gpu7,localhost"):
+        found = problems_of(f"```sh\n{line}\n```\n", site)
+        assert len(found) == 1 and found[0].startswith("docs/page.md:2: "), found
+        assert "accept.yml runs on gpu_hosts, whose group_vars hold a vault: add " \
+               "--ask-vault-pass" in found[0], found

@@ -101,7 +101,7 @@ def fleet_run(cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
         first = accept("accept.log")
         first_records = {p.stem: p.read_bytes() for p in directory.glob("*.json")}
-        # Measure one healthy host again, as the README tells an operator to: the one the
+        # Measure one healthy host again, as docs/acceptance.md tells an operator to: the one the
         # first play failed for figures below its group (a shared VM is noisy), else the first.
         again_host = (_failed_below_their_group(directory) or [HEALTHY[0]])[0]
         again = accept("accept-again.log", "--limit", f"{again_host},localhost")

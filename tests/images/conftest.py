@@ -17,7 +17,7 @@ __all__ = ["cpu_image", "memlock", "pip_image"]
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Every image build's wall time (cold, warm, or a rebuild after a touched workload),
-    printed and kept as JSON for docs/benchmarks.md: reported, never asserted."""
+    printed and kept as JSON for docs/development.md: reported, never asserted."""
     if not BUILD_SECONDS:
         return
     terminalreporter.section("image build times (seconds)")

@@ -1,7 +1,7 @@
 """The three Dockerfiles, their helper scripts, compose.yaml and .dockerignore, without an engine.
 
 hadolint and shellcheck are the linters users of these files run; the other
-tests hold the files to the contract the README promises for all three images
+tests hold the files to the contract images/README.md promises for all three images
 (entrypoint, non-root user, /results volume, OCI labels, BASE_IMAGE and
 BAKE_VGG19 arguments) and keep compose.yaml and the dependency list in step
 with the Dockerfiles and pyproject.toml.
@@ -248,7 +248,7 @@ def test_the_dockerfiles_of_one_context_differ_in_size() -> None:
     """All three are built from the repository root. BuildKit keeps the Dockerfile last
     sent for a context and sends a new one only when its size or modification time
     differs; a fresh clone gives every file the same time. So `docker compose build`
-    or the README's `docker build -f ...` commands, in a fresh clone, would build the
+    or images/README.md's `docker build -f ...` commands, in a fresh clone, would build the
     first Dockerfile's text again under the second one's tag if the two had one size."""
     sizes: dict[int, list[str]] = {}
     for flavour, path in DOCKERFILES.items():

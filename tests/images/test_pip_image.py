@@ -26,8 +26,8 @@ from tests.images.image_checks import (
 from tests.support.docker_engine import engine_client
 
 # Built on every CI run: on a fresh machine the cold build (tensorflow[and-cuda] and
-# NVIDIA's wheels, 3.3 GB of downloads) took 114 s and the whole suite 50 min
-# (docs/benchmarks.md). TFHOST_PIP_IMAGE=0 skips it, for a developer on a slow link.
+# NVIDIA's wheels, 3.3 GB of downloads) took 114 s (docs/development.md, "Image builds";
+# the suite's whole time is there too). TFHOST_PIP_IMAGE=0 skips it, for a developer on a slow link.
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.slow,

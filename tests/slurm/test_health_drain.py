@@ -2,7 +2,7 @@
 
 A cluster of its own (the session's cluster keeps running jobs for the other tests) whose
 slurm.conf names ``HealthCheckProgram`` = an installed copy of ``scripts/slurm/health-check.sh``
-(root's, 0755, with its ``workloads-health.conf`` beside it, as the README installs it),
+(root's, 0755, with ``workloads-health.conf`` beside it, as scripts/slurm/README.md installs it),
 every 2 s in any state. slurmd runs it as root with its own bare environment; the only
 stand-ins are the readings: the settings point ``workloads health`` at a kernel log the
 test writes (the driver's real line formats) and at a PCI tree with no NVIDIA GPU. On a

@@ -6,7 +6,7 @@ more than the rest of the suite can spare on two cores: on an AVX2-only EPYC
 host (2026-11-28) `vagrant up` alone held one core for over 50 minutes, the
 hypervisor VM another 13 core-minutes, and the suite did not finish in CI's 90.
 So an emulated guest runs only when asked for with TFHOST_TEST_EMULATED_GUESTS=1
-(docs/benchmarks.md gives each guest's time); with KVM it always runs.
+(docs/development.md gives each guest's time); with KVM it always runs.
 
 The rule is a plain boolean at import time, so a module's `skipif` also keeps its
 background job (tests/support/background.py) from starting.

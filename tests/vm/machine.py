@@ -1,7 +1,7 @@
 """Drive scripts/build-box.sh and scripts/vm.sh from the tests.
 
 Why wrappers around the scripts instead of QEMU calls here: the scripts are
-what a person runs (README), so the tests exercise exactly them. This module
+what a person runs (docs/gpu-passthrough.md), so the tests exercise exactly them. This module
 only adds what a test needs on top: a context manager that always stops the
 VM, an SSH runner that returns results, an Ansible inventory for the guest.
 """

@@ -1,6 +1,6 @@
 """`vagrant up` for real: the Vagrantfile boots, provisions site.yml and passes tests/infra.
 
-The commands are the README's (docs/gpu-passthrough.md, "3. The guests"):
+The commands are docs/gpu-passthrough.md's ("3. The guests"):
 
     vagrant box add --name tfhost/debian12 <box folder>/tfhost-debian12.box
     vagrant up --provider=libvirt
@@ -84,7 +84,7 @@ VM_VARS.update(nvidia_driver_reboot=True, docker_users=["vagrant"], ngc_users=["
 
 @dataclass
 class Step:
-    """One Vagrant command's result; its time goes to docs/benchmarks.md."""
+    """One Vagrant command's result; its time goes to docs/development.md."""
 
     returncode: int
     output: str
@@ -150,7 +150,7 @@ def _lab(box: Box, workdir: Path) -> Iterator[Lab]:
             VAGRANT_HOME=str(workdir / "vagrant.d"), VAGRANT_DOTFILE_PATH=str(workdir / "dotfile"),
             VAGRANT_CHECKPOINT_DISABLE="1",
             # Each task's start time and duration in up.log and provision.log: where the
-            # guest's half hour under TCG goes (docs/benchmarks.md).
+            # guest's half hour under TCG goes (docs/development.md).
             ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
             # One emulated CPU: under TCG each vCPU is a host thread, and with two the
             # guest took 1.2-1.5 of CI's two cores for half an hour (measured), leaving
