@@ -17,6 +17,7 @@ from workloads.accept.kernels import Device, Kernels, matmul_rate
 from workloads.accept.verdicts import INFO, SKIP, WARN, Finding
 from workloads.hardware.nvml import GpuWatch, nvlink_version
 from workloads.hardware.reference import GpuModel, Reference
+from workloads.hardware.topology import Topology
 
 MIB = 1 << 20
 Tick = Callable[[str], None]
@@ -47,9 +48,10 @@ class Sizes:
 def sizes(on_gpu: bool, quick: bool) -> Sizes:
     """The sizes for a GPU or CPU host, full or ``--quick``."""
     base = _sizes(on_gpu, quick)
-    if on_gpu:  # nvbandwidth copies 512 MiB per pair; 256 MiB is past the copy engines' ramp
+    if on_gpu:  # nvbandwidth copies 512 MiB per pair; 256 MiB is past the copy engines' ramp.
+        # Five repetitions: a median that one slow copy does not move, and a slowest to name.
         return replace(
-            base, p2p_bytes=(32 if quick else 256) * MIB, p2p_repeats=3, soak_matrix=8192
+            base, p2p_bytes=(32 if quick else 256) * MIB, p2p_repeats=5, soak_matrix=8192
         )
     return replace(base, p2p_bytes=(4 if quick else 16) * MIB, p2p_repeats=3, soak_matrix=512)
 
@@ -104,6 +106,7 @@ class Target:
     device: Device
     watch: GpuWatch | None = None  # NVML facts and samples (GPUs with a driver)
     model: GpuModel | None = None  # the datasheet entry (GPUs in the reference table)
+    topology: Topology | None = None  # what joins this host's GPUs (NVML), where read
 
     @property
     def label(self) -> str:
