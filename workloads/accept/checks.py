@@ -118,7 +118,7 @@ def matmul_dtypes(target: Target) -> list[str]:
     device = target.device
     if device.kind == "CPU":
         return ["float32", "bfloat16"]
-    if target.model is not None:
+    if target.model is not None and target.model.matmul_tflops:
         have = target.model.matmul_tflops
         return [
             d
@@ -160,6 +160,9 @@ def check_matmul(
                 datasheet_source(target.model, figure.source, reference)
                 if figure and target.model
                 else None,
+                no_limit_reason=f"no sourced figure for {target.model.model} {dtype}: figure only"
+                if target.model is not None
+                else "no datasheet figure for this device: figure only",
             )
             findings.append(finding)
     return findings
@@ -225,6 +228,8 @@ def check_membw(
                 no_limit_reason=(
                     "no datasheet figure for CPU memory: figure only"
                     if target.device.kind == "CPU"
+                    else f"no sourced figure for {model.model}'s memory: figure only"
+                    if model is not None
                     else "no datasheet figure for this GPU's memory: figure only"
                 ),
             )
