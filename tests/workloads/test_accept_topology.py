@@ -178,3 +178,14 @@ def test_a_pair_whose_copied_bytes_differ_fails_whatever_its_speed() -> None:
     assert [(f.device, f.verdict) for f in named] == [("GPU 3 → GPU 6", FAIL)]
     assert "copied bytes differ" in named[0].reason
     assert summary.details["verified"][3][6] is False and summary.details["verified"][6][3]
+
+
+def test_figures_without_a_limit_are_not_held_to_each_other() -> None:
+    """Logical CPU devices (no NVML): a slow direction and a jittery copy stay figures."""
+    devices = [Device("CPU device", i, "CPU", None) for i in range(2)]
+    driver = FakeCudaDriver(gpus=2, peer_gbps={(0, 1): 20.0, (1, 0): 5.0},
+                            peer_access={(0, 1), (1, 0)}, peer_factors={(0, 1): [1, 1, 0.2, 1]})
+    targets = [Target(d) for d in devices]
+    kernels = cast(Kernels, EngineKernels(driver, targets))
+    [summary] = p2p.check_p2p(kernels, targets, _sizes(), load(), lambda _: None)
+    assert summary.verdict == INFO

@@ -138,8 +138,8 @@ def _repetitions(pair: Finding, run: PeerCopy, reference: Reference) -> Finding:
         return replace(pair, verdict=FAIL, reason=(
             f"the copied bytes differ from those sent ({pair.device}): the path corrupts "
             f"data, whatever its speed; {HINT}"))
-    if not run.rate or run.repeats < 2:
-        return pair
+    if not run.rate or run.repeats < 2 or not pair.limit:
+        return pair  # a figure only (logical CPU devices, no NVML): nothing to hold it to
     threshold = reference.thresholds["p2p_repeats"]
     share = run.slowest / run.rate
     if share >= threshold.warn_below:
@@ -159,7 +159,8 @@ def _against_like_pairs(
     threshold = reference.thresholds["siblings"]
     alike: dict[tuple[str | None, float | None], list[tuple[int, int]]] = {}
     for key, finding in pairs.items():
-        alike.setdefault((finding.limit_source, finding.limit), []).append(key)
+        if finding.limit:  # pairs with a path to be joined by; CPU devices' are figures only
+            alike.setdefault((finding.limit_source, finding.limit), []).append(key)
     result = dict(pairs)
     for keys in alike.values():
         if len(keys) < 2:
