@@ -189,3 +189,13 @@ def test_figures_without_a_limit_are_not_held_to_each_other() -> None:
     kernels = cast(Kernels, EngineKernels(driver, targets))
     [summary] = p2p.check_p2p(kernels, targets, _sizes(), load(), lambda _: None)
     assert summary.verdict == INFO
+
+
+def test_a_pcie_pair_nvml_will_not_let_read_its_peer_says_so() -> None:
+    machine = nvml_topologies.l40s()
+    pynvml_status = nvml_topologies.NO
+    machine.readings["pairs"]["0,5"]["read"] = pynvml_status
+    _, p2p_rows = judge(machine)
+    paths = p2p_rows[0].details["path"]
+    assert paths[0][5].startswith("PCIe across sockets (no peer reads: staged through host memory)")
+    assert "no peer reads" not in paths[0][4]

@@ -87,6 +87,7 @@ class Path:
     links: int  # NVLinks the copy can use (direct: between the two; switch: the slower GPU's)
     version: int | None  # nvmlNvlinkVersion_t of those links (the lowest)
     ancestor: int | None
+    read_p2p: bool | None = None  # NVML_P2P_CAPS_INDEX_READ: the target may read the source
 
     def text(self) -> str:
         version = nvlink_version_text(self.version) if self.version is not None else "?"
@@ -94,8 +95,10 @@ class Path:
             return f"{self.links} × NVLink {version}"
         if self.kind == "nvswitch":
             return f"NVLink {version} via NVSwitch ({self.links} links)"
-        return PCIE_PATHS.get(self.ancestor, "PCIe (path unknown)") if self.ancestor is not None \
-            else "PCIe (path unknown)"
+        words = PCIE_PATHS.get(self.ancestor, "PCIe (path unknown)") \
+            if self.ancestor is not None else "PCIe (path unknown)"
+        return words + (" (no peer reads: staged through host memory)"
+                        if self.read_p2p is False else "")
 
 
 @dataclass
@@ -133,7 +136,7 @@ class Topology:
         if all(via) and facts.nvlink_p2p is not False:
             return Path("nvswitch", min(len(v) for v in via), _lowest(via[0] + via[1]),
                         facts.ancestor)
-        return Path("pcie", 0, None, facts.ancestor)
+        return Path("pcie", 0, None, facts.ancestor, facts.read_p2p)
 
 
 def _lowest(links: list[Link]) -> int | None:
