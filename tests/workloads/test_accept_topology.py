@@ -199,3 +199,30 @@ def test_a_pcie_pair_nvml_will_not_let_read_its_peer_says_so() -> None:
     paths = p2p_rows[0].details["path"]
     assert paths[0][5].startswith("PCIe across sockets (no peer reads: staged through host memory)")
     assert "no peer reads" not in paths[0][4]
+
+
+def test_a_board_whose_links_no_document_counts_is_judged_by_its_graph() -> None:
+    """HGX H100 SXM5 94GB (0x2339): no sourced link count, so NVML's links and graph decide."""
+    from dataclasses import replace as with_
+
+    from tests.host import nvml_boards
+    from workloads.accept import checks
+
+    board = with_(nvml_boards.H100_SXM5_80GB, nvml_name="NVIDIA H100 94GB HBM2e",
+                  pci_product="H100 SXM5 94GB")
+    machine = nvml_topologies.hgx_h100(8)
+    for i, gpu in enumerate(machine.readings["gpus"]):
+        fresh = nvml_boards.gpu(board, i)
+        gpu.update(name=fresh["name"], pci_device_id=fresh["pci_device_id"])
+    machine.board = board
+    nvml_rows, p2p_rows = judge(machine)
+    assert {f.verdict for f in nvml_rows if f.item == "NVLink"} == {PASS}
+    assert all("no sourced figure" in f.reason for f in nvml_rows if f.item == "NVLink")
+    assert p2p_rows[0].verdict == PASS
+    watcher = Watcher(FakeNvml(machine.readings))
+    targets = [Target(Device("GPU", w.facts.index, w.facts.name, None), w,
+                      load().model_for(w.facts.pci_device_id), watcher.topology)
+               for w in watcher.gpus]
+    assert targets[0].model is not None and targets[0].model.nvlink is None
+    limit, _, threshold = checks.interconnect_limit(targets, load())
+    assert threshold == "allreduce_nvlink" and limit == pytest.approx(450.0)

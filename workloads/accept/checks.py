@@ -323,6 +323,7 @@ def interconnect_limit(
     joined = (
         all(m is not None and m.nvlink is not None and not m.nvlink.optional for m in models)
         or len(targets) == 2
+        or _all_joined_by_nvlink(targets)
     )
     if all(active) and joined:
         per_rank = [_nvlink_rate(t, reference) for t in targets]
@@ -355,6 +356,17 @@ def interconnect_limit(
         f"PCIe, the slowest GPU link {reference.ref(reference.pcie_source)}",
         "allreduce_pcie",
     )
+
+
+def _all_joined_by_nvlink(targets: list[Target]) -> bool:
+    """Whether NVML's graph joins every pair by NVLink (a board whose links no document
+    counts, such as an HGX of H100 SXM5 94GB, is still judged as the fabric it is)."""
+    graph = targets[0].topology if targets else None
+    indices = [t.watch.facts.index for t in targets if t.watch is not None]
+    if graph is None or len(indices) < 2:
+        return False
+    paths = [graph.path(a, b) for a in indices for b in indices if a < b]
+    return all(path is not None and path.kind != "pcie" for path in paths)
 
 
 def _nvlink_rate(target: Target, reference: Reference) -> tuple[float | None, int | None]:
