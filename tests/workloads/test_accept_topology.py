@@ -226,3 +226,16 @@ def test_a_board_whose_links_no_document_counts_is_judged_by_its_graph() -> None
     assert targets[0].model is not None and targets[0].model.nvlink is None
     limit, _, threshold = checks.interconnect_limit(targets, load())
     assert threshold == "allreduce_nvlink" and limit == pytest.approx(450.0)
+
+
+def test_the_drawn_matrix_counts_the_pairs_of_each_path() -> None:
+    from rich.console import Console
+
+    from workloads.accept.output import p2p_matrix
+
+    _, p2p_rows = judge(MACHINES["DGX-1 V100 (hybrid cube mesh)"])
+    console = Console(width=200, record=True)
+    console.print(p2p_matrix(p2p_rows[0]))
+    text = " ".join(console.export_text().split())  # the caption wraps at the table's width
+    assert "1 × NVLink 2.0: 16 pairs; 2 × NVLink 2.0: 16 pairs; PCIe across sockets: 24 pairs" \
+        in text
