@@ -19,7 +19,7 @@ from workloads.accept import p2p
 from workloads.accept.checks import Sizes, Target
 from workloads.accept.kernels import Device, Kernels
 from workloads.fleet.command import render_fleet
-from workloads.hardware.copy_engine import CopyEngine
+from workloads.hardware.copy_engine import CopyEngine, PeerCopy
 from workloads.hardware.nvml import Watcher
 from workloads.hardware.reference import load
 
@@ -35,8 +35,7 @@ class EngineKernels:
     def peer_devices(self) -> list[Device]:
         return [t.device for t in self.targets]
 
-    def peer_rate(self, source: Device, target: Device, nbytes: int,
-                  repeats: int) -> tuple[float, bool | None]:
+    def peer_rate(self, source: Device, target: Device, nbytes: int, repeats: int) -> PeerCopy:
         return self.engine.peer(source.index, target.index, nbytes, repeats)
 
 

@@ -10,16 +10,23 @@ the package), never numbers typed here. What a GPU would do is simulated: a copy
 The rates are per GPU and pair: ``pinned_gbps`` for host copies from memory allocated by
 ``cuMemHostAlloc`` (any other host pointer copies at ``pageable_gbps``, so a test can tell
 which memory the code used), ``peer_gbps[(source, target)]`` for device-to-device copies
-with peer access, ``staged_gbps`` without it. The fake also keeps the bookkeeping a real
-driver enforces: the current-context stack, retained primary contexts, and every
+with peer access, ``staged_gbps`` without it; ``peer_factors[(source, target)]`` scales
+each successive copy of a pair (an intermittent link: ``[1, 1, 0.3]``), and a pair in
+``corrupt`` delivers a word other than the one sent. Device memory holds the 32-bit word
+it was filled with (``cuMemsetD32Async``), copies carry it, and ``cuMemcpyDtoH`` writes
+it into the real host buffer it is given, so the code's read-back is a real read. The fake
+also keeps the bookkeeping a real driver enforces: the current-context stack, retained
+primary contexts, and every
 allocation, stream and event, so a test can check that all were released.
 """
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from cuda.bindings import driver as real
 
 CUresult = real.CUresult
@@ -37,6 +44,10 @@ class FakeCudaDriver:
     pageable_gbps: float = 8.0
     peer_gbps: dict[tuple[int, int], float] = field(default_factory=dict)
     staged_gbps: float = 10.0
+    peer_factors: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    corrupt: set[tuple[int, int]] = field(default_factory=set)
+    contents: dict[int, int] = field(default_factory=dict)  # device pointer -> fill word
+    peer_done: dict[tuple[int, int], int] = field(default_factory=dict)  # copies per pair
     peer_access: set[tuple[int, int]] = field(default_factory=set)
     fail: dict[str, Any] = field(default_factory=dict)  # call name -> CUresult to return
     initialised: bool = False
@@ -130,6 +141,7 @@ class FakeCudaDriver:
 
     def cuMemFree(self, pointer: int) -> tuple[Any]:
         del self.device_memory[pointer]
+        self.contents.pop(pointer, None)
         return (OK,)
 
     # --- streams, events and copies -------------------------------------------------------
@@ -188,7 +200,24 @@ class FakeCudaDriver:
         assert self.device_memory[src][0] == pair[0] and self.device_memory[dst][0] == pair[1]
         direct = pair in self.peers_enabled
         gbps = self.peer_gbps.get(pair, self.staged_gbps) if direct else self.staged_gbps
+        done = self.peer_done.get(pair, 0)
+        self.peer_done[pair] = done + 1
+        factors = self.peer_factors.get(pair, [])
+        gbps *= factors[done] if done < len(factors) else 1.0
+        sent = self.contents.get(src, 0)
+        self.contents[dst] = sent ^ 1 if pair in self.corrupt else sent
         return self._copy(stream, "peer", nbytes, gbps)
+
+    def cuMemsetD32Async(self, pointer: int, word: int, count: int, stream: int) -> tuple[Any]:
+        assert self.device_memory[pointer][1] >= count * 4
+        self.contents[pointer] = word
+        return (OK,)
+
+    def cuMemcpyDtoH(self, host: int, device: int, nbytes: int) -> tuple[Any]:
+        assert self.device_memory[device][1] >= nbytes and host not in self.pinned
+        words = np.full(nbytes // 4, self.contents.get(device, 0), dtype=np.uint32)
+        ctypes.memmove(host, words.ctypes.data, words.nbytes)  # a real write into the buffer
+        return (OK,)
 
     def released(self) -> bool:
         """Everything the code took was given back: contexts, memory, streams, events."""

@@ -63,6 +63,7 @@ class FakeNvml:
     def __init__(self, path: Path | dict[str, Any] = READINGS) -> None:
         data = path if isinstance(path, dict) else json.loads(path.read_text())
         self.gpus = data["gpus"]
+        self.pairs = data.get("pairs", {})  # "a,b" (a < b) -> P2P statuses and PCIe level
         self.calls: Counter[tuple[str, int]] = Counter()
         self.initialised = 0
 
@@ -133,7 +134,7 @@ class FakeNvml:
 
     def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
         device_id = int(str(self._fact(handle, "pci_device_id")), 16)
-        bus = f"0000:{handle:02x}:00.0"
+        bus = self.gpus[handle].get("bus") or f"0000:{handle:02x}:00.0"
         return SimpleNamespace(pciDeviceId=(device_id << 16) | 0x10DE, busId=bus)
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: int) -> int:
@@ -183,6 +184,38 @@ class FakeNvml:
         if version == pynvml.NVML_NVLINK_VERSION_INVALID:
             raise NVMLError_NotSupported("link down")
         return version
+
+    # --- the topology graph (workloads/hardware/topology.py) --------------------------------
+    # Per GPU: ``nvlink_remote[link]`` = {"type": NVML_NVLINK_DEVICE_TYPE_*, "bus": "..."}
+    # (absent: NVML cannot name the far end) and ``virtualization_mode``; per pair, under
+    # the top-level ``pairs["a,b"]``: "nvlink" and "read" (nvmlGpuP2PStatus_t) and
+    # "ancestor" (nvmlGpuTopologyLevel_t). Absent: NotSupported, as on a driver without them.
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: int, link: int) -> int:
+        self.nvmlDeviceGetNvLinkVersion(handle, link)  # a link that is down has no far end
+        return int(self._fact(handle, "nvlink_remote", link, "type"))
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: int, link: int) -> Any:
+        self.nvmlDeviceGetNvLinkVersion(handle, link)
+        return SimpleNamespace(busId=str(self._fact(handle, "nvlink_remote", link, "bus")))
+
+    def nvmlDeviceGetVirtualizationMode(self, handle: int) -> int:
+        return int(self._fact(handle, "virtualization_mode"))
+
+    def _pair(self, first: int, second: int, key: str) -> int:
+        a, b = sorted((first, second))
+        value = self.pairs.get(f"{a},{b}", {}).get(key)
+        if value is None:
+            raise NVMLError_NotSupported("Not Supported")
+        return int(value)
+
+    def nvmlDeviceGetP2PStatus(self, first: int, second: int, index: int) -> int:
+        key = {pynvml.NVML_P2P_CAPS_INDEX_NVLINK: "nvlink",
+               pynvml.NVML_P2P_CAPS_INDEX_READ: "read"}.get(index, "other")
+        return self._pair(first, second, key)
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, first: int, second: int) -> int:
+        return self._pair(first, second, "ancestor")
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
         return [SimpleNamespace(pid=pid, usedGpuMemory=None)

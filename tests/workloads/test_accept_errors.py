@@ -253,3 +253,31 @@ def test_the_catalogue_maps_every_case_nvidia_names(tmp_path: Path) -> None:
     assert fatal.verdict == FAIL and fatal.value == 1  # its Severity and Data lines are not events
     assert "Fabric Manager" in (fatal.limit_source or "")
     assert rows[("NVSwitch 3 (0000:c1:00.0)", "SXid 28006")].verdict == INFO
+
+
+class FunctionsOnly:
+    """An NVML stand-in that lends only its functions: the link bound must be nvml.h's own."""
+
+    def __init__(self, inner: FakeNvmlErrors) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("nvml"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def test_every_link_nvml_can_number_is_read_not_a_typed_count(tmp_path: Path) -> None:
+    """A GPU with more links than an H100's 18: pynvml.NVML_NVLINK_MAX_LINKS bounds the read."""
+    import pynvml
+
+    links = pynvml.NVML_NVLINK_MAX_LINKS
+    assert links > 18, "nvidia-ml-py names fewer links than this test plants"
+    errors_on = links - 1
+    per_link = {str(i): dict.fromkeys(NVLINK_COUNTERS.values(), 0) for i in range(links)}
+    per_link[str(errors_on)]["replay"] = 7
+    path = readings_file(tmp_path, [{"bus_id": GPU0, "nvlink": [pynvml.NVML_NVLINK_VERSION_5_0]
+                                     * links, "nvlink_errors": per_link, "pcie_replays": 0}])
+    [gpu] = nvml_errors.read_all(FunctionsOnly(AtBus(path)))
+    assert len(gpu.nvlinks) == links
+    assert [link.link for link in gpu.nvlinks if link.total()] == [errors_on]

@@ -23,7 +23,7 @@ from workloads.accept.checks import Sizes, Target
 from workloads.accept.kernels import Device, SoakRun
 from workloads.accept.output import p2p_matrix
 from workloads.accept.verdicts import FAIL, PASS, SKIP, WARN
-from workloads.hardware.copy_engine import CopyEngine
+from workloads.hardware.copy_engine import CopyEngine, PeerCopy
 from workloads.hardware.nvml import GpuWatch, Sample, Watcher
 from workloads.hardware.reference import load
 
@@ -57,7 +57,7 @@ class EngineKernels:
 
     def peer_rate(
         self, source: Device, target: Device, nbytes: int, repeats: int
-    ) -> tuple[float, bool | None]:
+    ) -> PeerCopy:
         return self.engine.peer(source.index, target.index, nbytes, repeats)
 
 

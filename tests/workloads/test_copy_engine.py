@@ -9,6 +9,7 @@ hold the code to pinned memory, event timing and releasing everything it takes.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -37,15 +38,37 @@ def test_host_copies_come_from_pinned_memory_at_the_link_s_rate() -> None:
 
 def test_peer_copies_enable_peer_access_where_the_driver_allows_it() -> None:
     driver = FakeCudaDriver(gpus=2, peer_gbps={(0, 1): 380.0}, peer_access={(0, 1)})
-    rate, direct = CopyEngine(driver).peer(0, 1, 64 * MIB, 3)
-    assert direct and rate == pytest.approx(380e9)
+    run = CopyEngine(driver).peer(0, 1, 64 * MIB, 3)
+    assert run.direct and run.rate == pytest.approx(380e9) and run.verified
     assert driver.peers_enabled == {(0, 1)} and driver.released()
 
 
 def test_a_pair_without_peer_access_is_measured_through_the_host_and_says_so() -> None:
     driver = FakeCudaDriver(gpus=2, staged_gbps=12.0)
-    rate, direct = CopyEngine(driver).peer(1, 0, 64 * MIB, 2)
-    assert not direct and rate == pytest.approx(12e9) and driver.released()
+    run = CopyEngine(driver).peer(1, 0, 64 * MIB, 2)
+    assert not run.direct and run.rate == pytest.approx(12e9) and driver.released()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_pair_s_figure_is_the_median_of_its_copies_and_its_slowest_is_kept(seed: int) -> None:
+    """nvbandwidth's statistic: one slow copy among five moves the median not at all."""
+    rng = random.Random(seed)
+    factors = [1.0] * 6  # the first is the untimed warm-up
+    slow = rng.randrange(1, 6)
+    factors[slow] = rng.uniform(0.1, 0.6)
+    driver = FakeCudaDriver(gpus=2, peer_gbps={(0, 1): 380.0}, peer_access={(0, 1)},
+                            peer_factors={(0, 1): factors})
+    run = CopyEngine(driver).peer(0, 1, 16 * MIB, 5)
+    assert run.rate == pytest.approx(380e9) and run.repeats == 5
+    assert run.slowest == pytest.approx(380e9 * factors[slow]) and driver.released()
+
+
+def test_copied_bytes_that_differ_from_those_sent_are_caught() -> None:
+    driver = FakeCudaDriver(gpus=2, peer_gbps={(0, 1): 380.0}, peer_access={(0, 1)},
+                            corrupt={(0, 1)})
+    assert CopyEngine(driver).peer(0, 1, 16 * MIB, 3).verified is False
+    assert CopyEngine(driver).peer(1, 0, 16 * MIB, 3).verified is True
+    assert driver.released()
 
 
 def test_a_failing_call_is_named_and_everything_taken_is_given_back() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads import busy
-from workloads.accept import checks, dcgm, errors, p2p, soak, verdicts
+from workloads.accept import checks, dcgm, errors, links, p2p, soak, verdicts
 from workloads.accept.checks import Sizes, Target
 from workloads.accept.verdicts import SKIP, Finding
 from workloads.hardware import identify
@@ -238,6 +238,7 @@ def _targets(kernels: Any, watcher: Watcher | None, reference: Reference) -> lis
                 Device("GPU", w.facts.index, w.facts.name, None),
                 w,
                 reference.model_for(w.facts.pci_device_id),
+                watcher.topology,
             )
             for w in watcher.gpus
         ]
@@ -253,7 +254,7 @@ def _targets(kernels: Any, watcher: Watcher | None, reference: Reference) -> lis
     for position, device in enumerate(devices):
         watch = _match(device, position, indices, watcher.gpus)
         model = reference.model_for(watch.facts.pci_device_id) if watch else None
-        targets.append(Target(device, watch, model))
+        targets.append(Target(device, watch, model, watcher.topology))
     return targets
 
 
@@ -292,11 +293,10 @@ def nvml_findings(
         findings.append(verdicts.clocks(label, watch, reference.thresholds["clocks"]))
         findings.append(verdicts.throttle(label, watch))
         findings.append(verdicts.memory_errors(label, watch))
-        link = verdicts.nvlink(
-            label, watch, model.nvlink if model else None, visible_gpus=len(watcher.gpus)
-        )
-        if link is not None:
-            findings.append(link)
+        node = watcher.topology.node(watch.facts.index)
+        if node is not None:
+            summary = links.summarise(node, watcher.topology)
+            findings += links.findings(label, summary, model.nvlink if model else None)
     return findings
 
 

@@ -17,6 +17,7 @@ from workloads.accept.kernels import Device, Kernels, matmul_rate
 from workloads.accept.verdicts import INFO, SKIP, WARN, Finding
 from workloads.hardware.nvml import GpuWatch, nvlink_version
 from workloads.hardware.reference import GpuModel, Reference
+from workloads.hardware.topology import Topology
 
 MIB = 1 << 20
 Tick = Callable[[str], None]
@@ -47,9 +48,10 @@ class Sizes:
 def sizes(on_gpu: bool, quick: bool) -> Sizes:
     """The sizes for a GPU or CPU host, full or ``--quick``."""
     base = _sizes(on_gpu, quick)
-    if on_gpu:  # nvbandwidth copies 512 MiB per pair; 256 MiB is past the copy engines' ramp
+    if on_gpu:  # nvbandwidth copies 512 MiB per pair; 256 MiB is past the copy engines' ramp.
+        # Five repetitions: a median that one slow copy does not move, and a slowest to name.
         return replace(
-            base, p2p_bytes=(32 if quick else 256) * MIB, p2p_repeats=3, soak_matrix=8192
+            base, p2p_bytes=(32 if quick else 256) * MIB, p2p_repeats=5, soak_matrix=8192
         )
     return replace(base, p2p_bytes=(4 if quick else 16) * MIB, p2p_repeats=3, soak_matrix=512)
 
@@ -104,6 +106,7 @@ class Target:
     device: Device
     watch: GpuWatch | None = None  # NVML facts and samples (GPUs with a driver)
     model: GpuModel | None = None  # the datasheet entry (GPUs in the reference table)
+    topology: Topology | None = None  # what joins this host's GPUs (NVML), where read
 
     @property
     def label(self) -> str:
@@ -115,7 +118,7 @@ def matmul_dtypes(target: Target) -> list[str]:
     device = target.device
     if device.kind == "CPU":
         return ["float32", "bfloat16"]
-    if target.model is not None:
+    if target.model is not None and target.model.matmul_tflops:
         have = target.model.matmul_tflops
         return [
             d
@@ -157,6 +160,9 @@ def check_matmul(
                 datasheet_source(target.model, figure.source, reference)
                 if figure and target.model
                 else None,
+                no_limit_reason=f"no sourced figure for {target.model.model} {dtype}: figure only"
+                if target.model is not None
+                else "no datasheet figure for this device: figure only",
             )
             findings.append(finding)
     return findings
@@ -222,6 +228,8 @@ def check_membw(
                 no_limit_reason=(
                     "no datasheet figure for CPU memory: figure only"
                     if target.device.kind == "CPU"
+                    else f"no sourced figure for {model.model}'s memory: figure only"
+                    if model is not None
                     else "no datasheet figure for this GPU's memory: figure only"
                 ),
             )
@@ -315,6 +323,7 @@ def interconnect_limit(
     joined = (
         all(m is not None and m.nvlink is not None and not m.nvlink.optional for m in models)
         or len(targets) == 2
+        or _all_joined_by_nvlink(targets)
     )
     if all(active) and joined:
         per_rank = [_nvlink_rate(t, reference) for t in targets]
@@ -347,6 +356,17 @@ def interconnect_limit(
         f"PCIe, the slowest GPU link {reference.ref(reference.pcie_source)}",
         "allreduce_pcie",
     )
+
+
+def _all_joined_by_nvlink(targets: list[Target]) -> bool:
+    """Whether NVML's graph joins every pair by NVLink (a board whose links no document
+    counts, such as an HGX of H100 SXM5 94GB, is still judged as the fabric it is)."""
+    graph = targets[0].topology if targets else None
+    indices = [t.watch.facts.index for t in targets if t.watch is not None]
+    if graph is None or len(indices) < 2:
+        return False
+    paths = [graph.path(a, b) for a in indices for b in indices if a < b]
+    return all(path is not None and path.kind != "pcie" for path in paths)
 
 
 def _nvlink_rate(target: Target, reference: Reference) -> tuple[float | None, int | None]:

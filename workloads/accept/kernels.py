@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from workloads.hardware.copy_engine import PeerCopy
+
 
 @dataclass(frozen=True)
 class Device:
@@ -80,11 +82,11 @@ class Kernels(Protocol):
 
     def peer_rate(
         self, source: Device, target: Device, nbytes: int, repeats: int
-    ) -> tuple[float, bool | None]:
-        """(best bytes/s of copies ``source`` → ``target``, direct peer access or None: unknown).
+    ) -> PeerCopy:
+        """Copies ``source`` → ``target``: the median of ``repeats``, the slowest, verified.
 
         GPUs: the copy engines through cuda-bindings where it can be used (as nvbandwidth),
-        else the framework's own device-to-device copy.
+        else the framework's own device-to-device copy (its sum checked on arrival).
         """
         ...
 
@@ -115,6 +117,18 @@ def matmul_rate(
     storage = "float32" if dtype == "tensorfloat32" else dtype
     with kernels.placed(device, dtype):
         return rate(storage, size=size, repeats=repeats, rounds=rounds)
+
+
+def each_rate(run: Callable[[], Callable[[], object]], amount: float, rounds: int) -> list[float]:
+    """``amount`` per second of each of ``rounds`` runs; ``run()`` starts one, returns its wait."""
+    rates = []
+    for _ in range(max(1, rounds)):
+        start = time.perf_counter()
+        wait = run()
+        wait()
+        seconds = time.perf_counter() - start
+        rates.append(amount / seconds if seconds > 0 else 0.0)
+    return rates
 
 
 def best_rate(run: Callable[[], Callable[[], object]], amount: float, rounds: int) -> float:

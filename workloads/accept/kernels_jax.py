@@ -11,8 +11,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from workloads.accept.kernels import Device, SoakRun, best_rate
-from workloads.hardware.copy_engine import process_engine
+from workloads.accept.kernels import Device, SoakRun, best_rate, each_rate
+from workloads.hardware.copy_engine import PeerCopy, median_copy, process_engine
 
 FLOAT32_BYTES = 4
 PINNED_HOST = "pinned_host"  # page-locked host memory: what the copy engines DMA from
@@ -134,21 +134,28 @@ class JaxKernels:
 
     def peer_rate(
         self, source: Device, target: Device, nbytes: int, repeats: int
-    ) -> tuple[float, bool | None]:
+    ) -> PeerCopy:
         engine = process_engine() if source.kind == "GPU" else None
         if engine is not None:
-            rate, direct = engine.peer(source.index, target.index, nbytes, repeats)
-            return rate, direct
+            return engine.peer(source.index, target.index, nbytes, repeats)
         import jax.numpy as jnp
 
         jax = self.jax
+        count = nbytes // FLOAT32_BYTES
         with jax.default_device(source.handle):
-            x = jnp.ones(nbytes // FLOAT32_BYTES, jnp.float32).block_until_ready()
+            x = jnp.ones(count, jnp.float32).block_until_ready()
         jax.device_put(x, target.handle).block_until_ready()  # warm-up
-        rate = best_rate(
-            lambda: jax.device_put(x, target.handle).block_until_ready, nbytes, repeats
-        )
-        return rate, None
+        copied: list[Any] = []
+
+        def copy() -> Callable[[], object]:
+            y = jax.device_put(x, target.handle)
+            copied[:] = [y]
+            return y.block_until_ready
+
+        rates = each_rate(copy, nbytes, repeats)
+        # Every element arrived as 1.0: their count is exact (an integer sum, no rounding).
+        verified = int(jnp.sum(copied[0] == 1.0)) == count
+        return median_copy(rates, None, verified)
 
     def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
         """The same seeded ``size``² float32 matmul on every device, again and again.

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from workloads.accept.kernels import Device, SoakRun, best_rate
-from workloads.hardware.copy_engine import CopyEngine, process_engine
+from workloads.accept.kernels import Device, SoakRun, best_rate, each_rate
+from workloads.hardware.copy_engine import CopyEngine, PeerCopy, median_copy, process_engine
 
 FLOAT32_BYTES = 4
 
@@ -102,22 +102,27 @@ class TensorFlowKernels:
 
     def peer_rate(
         self, source: Device, target: Device, nbytes: int, repeats: int
-    ) -> tuple[float, bool | None]:
+    ) -> PeerCopy:
         engine = self._copy_engine() if source.kind == "GPU" else None
         if engine is not None:
-            rate, direct = engine.peer(source.index, target.index, nbytes, repeats)
-            return rate, direct
+            return engine.peer(source.index, target.index, nbytes, repeats)
         tf = self.tf
+        count = nbytes // FLOAT32_BYTES
         with tf.device(source.handle):
-            x = tf.ones([nbytes // FLOAT32_BYTES], tf.float32)
+            x = tf.ones([count], tf.float32)
+        copied: list[Any] = []
 
         def copy() -> Callable[[], object]:
             with tf.device(target.handle):
                 y = tf.identity(x)
+            copied[:] = [y]
             return lambda: float(y[0])
 
         copy()()  # warm-up
-        return best_rate(copy, nbytes, repeats), None
+        rates = each_rate(copy, nbytes, repeats)
+        with tf.device(target.handle):  # every element arrived as 1.0: their sum is exact
+            total = float(tf.reduce_sum(tf.cast(copied[0], tf.float64)))
+        return median_copy(rates, None, total == count)
 
     def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
         """The same seeded ``size``² float32 matmul on every device, again and again.

@@ -131,13 +131,22 @@ def p2p_matrix(summary: Finding) -> Any:
     """The GPU-pair matrix as a table: GB/s from each row's GPU to each column's.
 
     A pair below its warn line is coloured as its verdict; ``*`` marks a pair the driver
-    copied through host memory (no direct peer access).
+    copied through host memory (no direct peer access). The caption counts the ordered pairs
+    of each path NVML named ("2 × NVLink 2.0: 8 pairs").
     """
+    from collections import Counter
+
     from rich.table import Table
 
     details = summary.details
     labels: list[str] = details["labels"]
-    table = Table(title=f"p2p: GB/s, from row to column ({details.get('method', '')})")
+    paths = Counter(
+        str(path).split(" [")[0].split(", the slower")[0]
+        for row in details.get("path") or [] for path in row if path
+    )
+    caption = "; ".join(f"{path}: {count} pairs" for path, count in sorted(paths.items()))
+    table = Table(title=f"p2p: GB/s, from row to column ({details.get('method', '')})",
+                  caption=caption or None)
     table.add_column("from \\ to")
     for label in labels:
         table.add_column(label, justify="right")

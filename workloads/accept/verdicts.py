@@ -21,7 +21,7 @@ from typing import Any
 
 import pynvml
 
-from workloads.hardware.nvml import REASON_NAMES, GpuWatch, nvlink_version, nvlink_version_text
+from workloads.hardware.nvml import REASON_NAMES, GpuWatch, nvlink_version
 from workloads.hardware.reference import NvLinkSpec, Threshold
 
 PASS, WARN, FAIL, INFO, SKIP = "pass", "warn", "fail", "info", "skip"
@@ -253,90 +253,21 @@ def pcie_link(device: str, watch: GpuWatch) -> Finding:
 def nvlink(
     device: str, watch: GpuWatch, spec: NvLinkSpec | None, visible_gpus: int
 ) -> Finding | None:
-    """Active NVLinks against the board's; None for a GPU with no NVLink to judge.
+    """A GPU's NVLink row from its own facts alone, by the one rule (:func:`links.decide`).
 
-    ``visible_gpus`` is how many GPUs NVML sees here. A GPU given alone to a VM or a
-    container has no peer to train its links with: with none of them up, that is the
-    setup, not a fault, and the row says so (``info``). Links that are up are judged
-    whatever the count (17 of 18 up is a fault anywhere). NVML's version of each link
-    is an ``nvmlNvlinkVersion_t``, decoded by name; its major is the generation.
+    For callers without the topology graph (every link's peer taken to be visible); the
+    battery passes the graph, so links to GPUs this host cannot see are set apart there.
     """
-    active = watch.facts.nvlink_active
-    if spec is None:
-        if not active:
-            return None
-        return Finding(
-            "nvml", device, "NVLink", INFO, f"{active} links active (no reference)",
-            value=active, unit="links",
-        )
-    if not active:
-        if spec.optional:
-            return None  # a PCIe card without its bridge: nothing to expect
-        if visible_gpus < 2:
-            return Finding(
-                "nvml",
-                device,
-                "NVLink",
-                INFO,
-                f"none of the board's {spec.links} NVLinks is up, and this GPU is the only one "
-                "visible here (a VM or container given one GPU): no peer to link with; not "
-                "judged. Judge the fabric where all the board's GPUs are visible",
-                value=0,
-                unit="links",
-                details={"visible_gpus": visible_gpus},
-            )
-        return Finding(
-            "nvml",
-            device,
-            "NVLink",
-            FAIL,
-            f"no NVLink active of the board's {spec.links}: GPU-to-GPU traffic falls back to "
-            "PCIe; check Fabric Manager (systemctl status nvidia-fabricmanager) and "
-            "`nvidia-smi nvlink -s`",
-            value=0,
-            unit="links",
-            limit=spec.links,
-        )
-    decoded = [nvlink_version(v) for v in watch.facts.nvlink_versions]
-    known = [v for v in decoded if v is not None]
-    details = {"versions": sorted({nvlink_version_text(v) for v in watch.facts.nvlink_versions})}
-    if active < spec.links:
-        return Finding(
-            "nvml",
-            device,
-            "NVLink",
-            FAIL,
-            f"{active} of {spec.links} NVLinks active: the fabric runs at "
-            f"{_percent(active / spec.links)}; `nvidia-smi nvlink -s` names the links down",
-            value=active,
-            unit="links",
-            limit=spec.links,
-            details=details,
-        )
-    if known and min(known)[0] < spec.generation:
-        low = min(known)
-        return Finding(
-            "nvml",
-            device,
-            "NVLink",
-            WARN,
-            f"links at NVLink {low[0]}.{low[1]}, the board has generation {spec.generation}",
-            value=active,
-            unit="links",
-            limit=spec.links,
-            details=details,
-        )
-    return Finding(
-        "nvml",
-        device,
-        "NVLink",
-        PASS,
-        f"{active} of {spec.links} links active",
-        value=active,
-        unit="links",
-        limit=spec.links,
-        details=details,
+    from workloads.accept import links
+
+    facts = watch.facts
+    majors = [v[0] for v in (nvlink_version(x) for x in facts.nvlink_versions) if v is not None]
+    summary = links.Summary(
+        facts.nvlink_links or facts.nvlink_active or 0, facts.nvlink_active or 0, 0,
+        visible_gpus, False, min(majors) if majors else None,
     )
+    rows = links.findings(device, summary, spec)
+    return rows[0] if rows else None
 
 
 # --- clocks, throttling, power and heat ------------------------------------------------

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from workloads.accept import links as nvlink_rule
 from workloads.bounded import BadInput, loads_json, read_capped
 from workloads.errors import WorkloadError, clip
 from workloads.fleet.identity import gpu_identity, model_reasons
@@ -148,15 +149,27 @@ def _figures(host: str, record: dict[str, Any]) -> tuple[list[Figure], list[Reas
 
 
 def _links(record: dict[str, Any]) -> list[Link]:
-    """Each GPU's NVLink row with a count: value = links active, limit = the board's links."""
+    """Each GPU's NVLink row with a count: value = links active, limit = the board's links.
+
+    The links count where the battery judged them and its rule (``accept.links.decide``),
+    run again on what the row carries, still does: a record from an older battery (one
+    GPU of a board in a VM, failed for links with no peer to train) is read as the battery
+    now would write it; a row the battery did not judge (``info``) stays unjudged.
+    """
+    env = record.get("env")
+    visible = len(_gpu_names(env)) if isinstance(env, dict) else 0
+    visible = visible or sum(1 for d in record.get("devices") or [] if isinstance(d, dict))
     links = []
     for row in _rows(record):
         active, board = _number(row.get("value")), _number(row.get("limit"))
         if not _is_link_row(row) or active is None or not math.isfinite(active):
             continue
+        summary = nvlink_rule.summary_from_row(row, visible)
+        judged = (row.get("verdict") in ("pass", "warn", "fail") and summary is not None
+                  and nvlink_rule.decide(summary, None)[0] != "info")
         links.append(Link(device=str(row.get("device") or "?"), active=int(active),
                           board=int(board) if board is not None and math.isfinite(board) else None,
-                          judged=row.get("verdict") in ("pass", "warn", "fail")))
+                          judged=judged))
     return links
 
 

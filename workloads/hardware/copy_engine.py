@@ -20,9 +20,39 @@ stand-in with its names, ``tests/host/fake_cuda_driver.py``). A failed call rais
 from __future__ import annotations
 
 import contextlib
+import statistics
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
+
+import numpy as np
+
+# The word each pair's source buffer is filled with before its copies, then looked for in
+# every word of the destination: copied bytes that differ are a link corrupting data.
+PATTERN = 0x5A5A0000
+
+
+@dataclass(frozen=True)
+class PeerCopy:
+    """One ordered pair's copies, as nvbandwidth reports them: the median of the repetitions.
+
+    ``slowest`` is the slowest repetition (an intermittent link shows there, not in the
+    median); ``verified``: every copied word arrived as sent (None: not checked, a
+    framework copy that gives no buffer to read); ``direct``: peer access (None: unknown).
+    """
+
+    rate: float  # median bytes/s
+    direct: bool | None
+    slowest: float
+    verified: bool | None
+    repeats: int
+
+
+def median_copy(rates: list[float], direct: bool | None, verified: bool | None) -> PeerCopy:
+    """A :class:`PeerCopy` from each repetition's bytes/s."""
+    kept = [r for r in rates if r > 0] or [0.0]
+    return PeerCopy(statistics.median(kept), direct, min(kept), verified, len(rates))
 
 
 class CopyEngineError(Exception):
@@ -97,15 +127,18 @@ class CopyEngine:
                 lambda: self._call("cuMemcpyDtoHAsync", host, device, nbytes, stream),
             )
 
-    def peer(self, source: int, target: int, nbytes: int, repeats: int) -> tuple[float, bool]:
-        """(best bytes/s of copies from GPU ``source`` to GPU ``target``, direct peer access).
+    def peer(self, source: int, target: int, nbytes: int, repeats: int) -> PeerCopy:
+        """Copies from GPU ``source`` to GPU ``target``: the median of ``repeats``, verified.
 
         Peer access is enabled where the driver allows it (NVLink, or PCIe peer-to-peer),
         as nvbandwidth does; without it the driver stages the copy through host memory,
-        and the figure says so.
+        and the figure says so. The source is filled with a word that names the pair
+        (``cuMemsetD32Async``) and, after the copies, every word of the destination is
+        read back and compared: a copy that arrives corrupted is not a bandwidth.
         """
         direct = bool(self._call("cuDeviceCanAccessPeer", self._device(target),
                                  self._device(source))[0])
+        word = PATTERN | (source & 0xFF) << 8 | (target & 0xFF)
         # The source's buffer in its context; the destination, the stream and the copy in
         # the target's, which (with peer access) reads the source's memory directly.
         with (
@@ -117,13 +150,21 @@ class CopyEngine:
         ):
             if direct:
                 self._enable_peer_access(source_ctx)
-            rate = self._best(
+            self._call("cuMemsetD32Async", src, word, nbytes // 4, stream)
+            rates = self._rates(
                 stream, nbytes, repeats,
                 lambda: self._call(
                     "cuMemcpyPeerAsync", dst, target_ctx, src, source_ctx, nbytes, stream
                 ),
             )
-            return rate, direct
+            self._call("cuStreamSynchronize", stream)
+            return median_copy(rates, direct, self._holds(dst, nbytes, word))
+
+    def _holds(self, pointer: Any, nbytes: int, word: int) -> bool:
+        """Whether every 32-bit word of the device buffer is ``word`` (read back to the host)."""
+        host = np.empty(nbytes // 4, dtype=np.uint32)
+        self._call("cuMemcpyDtoH", host.ctypes.data, pointer, host.nbytes)
+        return bool((host == word).all())
 
     # --- driver plumbing ----------------------------------------------------------------
 
@@ -196,7 +237,13 @@ class CopyEngine:
             raise CopyEngineError(f"cuCtxEnablePeerAccess: {self._error_name(result)}")
 
     def _best(self, stream: Any, nbytes: int, repeats: int, copy: Callable[[], Any]) -> float:
-        """Best bytes/s over ``repeats`` copies, each timed by events on ``stream``.
+        """Best bytes/s over ``repeats`` copies (the host copies' figure)."""
+        return max(self._rates(stream, nbytes, repeats, copy))
+
+    def _rates(
+        self, stream: Any, nbytes: int, repeats: int, copy: Callable[[], Any]
+    ) -> list[float]:
+        """Bytes/s of each of ``repeats`` copies, each timed by events on ``stream``.
 
         One copy first, untimed: the first use of a buffer maps its pages.
         """
@@ -207,16 +254,15 @@ class CopyEngine:
         try:
             copy()
             self._call("cuStreamSynchronize", stream)
-            best = 0.0
-            for _ in range(repeats):
+            rates = []
+            for _ in range(max(1, repeats)):
                 self._call("cuEventRecord", start, stream)
                 copy()
                 self._call("cuEventRecord", stop, stream)
                 self._call("cuEventSynchronize", stop)
                 (milliseconds,) = self._call("cuEventElapsedTime", start, stop)
-                if milliseconds > 0:
-                    best = max(best, nbytes / (milliseconds / 1e3))
-            return best
+                rates.append(nbytes / (milliseconds / 1e3) if milliseconds > 0 else 0.0)
+            return rates
         finally:
             self._call("cuEventDestroy", start)
             self._call("cuEventDestroy", stop)

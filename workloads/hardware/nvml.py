@@ -95,6 +95,7 @@ class GpuFacts:
     nvlink_active: int | None  # links up; None when the GPU has no NVLink
     nvlink_versions: tuple[int, ...] = ()  # each active link's nvmlNvlinkVersion_t value
     pci_vendor_id: int | None = None  # 0x10de for NVIDIA: the low half of pciDeviceId
+    nvlink_links: int | None = None  # links NVML answers a state for: the device's own count
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def read_facts(nvml: Any, index: int) -> GpuFacts:
     # nvmlEnableState_t: NVML_FEATURE_ENABLED when a retirement waits for a reset.
     pending = _read(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
     power_mw = _read(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle)
-    active, versions = _nvlinks(nvml, handle)
+    active, versions, answered = _nvlinks(nvml, handle)
     return GpuFacts(
         index=index,
         name=_text(nvml.nvmlDeviceGetName(handle)),
@@ -203,6 +204,7 @@ def read_facts(nvml: Any, index: int) -> GpuFacts:
         nvlink_active=active,
         nvlink_versions=versions,
         pci_vendor_id=vendor_id,
+        nvlink_links=answered if active is not None else None,
     )
 
 
@@ -210,26 +212,28 @@ def _maybe_text(value: Any) -> str | None:
     return None if value is None else _text(value)
 
 
-def _nvlinks(nvml: Any, handle: Any) -> tuple[int | None, tuple[int, ...]]:
-    """Active NVLinks and their ``nvmlNvlinkVersion_t``; (None, ()) when the GPU has none at all.
+def _nvlinks(nvml: Any, handle: Any) -> tuple[int | None, tuple[int, ...], int]:
+    """Active NVLinks, their ``nvmlNvlinkVersion_t``, and how many links NVML answers for.
+
+    (None, (), 0) when the GPU has no NVLink at all.
 
     ``nvmlDeviceGetNvLinkState`` answers ``NVML_FEATURE_ENABLED`` for a link that is up;
     a link index the GPU does not have answers an error, read as None and skipped.
     """
     active = 0
-    supported = False
+    answered = 0
     versions = []
     for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
         state = _read(nvml, "nvmlDeviceGetNvLinkState", handle, link)
         if state is None:
             continue
-        supported = True
+        answered += 1
         if state == pynvml.NVML_FEATURE_ENABLED:
             active += 1
             version = _read(nvml, "nvmlDeviceGetNvLinkVersion", handle, link)
             if version is not None:
                 versions.append(int(version))
-    return (active if supported else None), tuple(versions)
+    return (active if answered else None), tuple(versions), answered
 
 
 def read_sample(nvml: Any, handle: Any, start: float, clock: Callable[[], float]) -> Sample:
@@ -267,6 +271,9 @@ class Watcher:
         count = int(nvml.nvmlDeviceGetCount())
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self.gpus = [GpuWatch(read_facts(nvml, i)) for i in range(count)]
+        from workloads.hardware.topology import read_topology  # it decodes with this module
+
+        self.topology = read_topology(nvml, count)  # what joins each pair, read once
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="accept-nvml", daemon=True)
         self._start = clock()

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pynvml
+
 # Our names for the counters, each with the pynvml constant that selects it.
 COUNTERS = (
     ("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
@@ -75,13 +77,13 @@ def read_gpu(nvml: Any, index: int) -> GpuErrors:
     name = _read(nvml, "nvmlDeviceGetName", handle)
     pci = _read(nvml, "nvmlDeviceGetPciInfo", handle)
     links = []
-    for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):  # nvml.h's bound, not a board's count
         if not _read(nvml, "nvmlDeviceGetNvLinkState", handle, link):
             continue  # down, or no such link
         counts = {
-            key: _read(nvml, "nvmlDeviceGetNvLinkErrorCounter", handle, link, getattr(nvml, name))
+            key: _read(nvml, "nvmlDeviceGetNvLinkErrorCounter", handle, link, getattr(pynvml, name))
             for key, name in COUNTERS
-            if hasattr(nvml, name)
+            if hasattr(pynvml, name)
         }
         links.append(LinkErrors(link, counts))
     replays = _read(nvml, "nvmlDeviceGetPcieReplayCounter", handle)

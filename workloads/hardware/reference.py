@@ -53,6 +53,7 @@ class GpuModel:
     matmul_tflops: dict[str, Figure]
     memory_gbps: Figure | None  # None: NVIDIA publishes no bandwidth for this variant
     nvlink: NvLinkSpec | None = None
+    identified_by: str | None = None  # the document that says what this device is
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def parse(data: dict[str, Any]) -> Reference:
                 compute_capability=str(raw["compute_capability"]),
                 matmul_tflops={
                     dtype: _figure(fig, f"{name} matmul {dtype}")
-                    for dtype, fig in raw["matmul_tflops"].items()
+                    for dtype, fig in (raw["matmul_tflops"] or {}).items()
                 },
                 memory_gbps=None
                 if raw["memory_gbps"] is None
@@ -142,6 +143,8 @@ def parse(data: dict[str, Any]) -> Reference:
                     bool(nvlink.get("optional", False)),
                     str(nvlink["source"]),
                 ),
+                identified_by=None if raw.get("identified_by") is None
+                else str(raw["identified_by"]),
             )
         )
     thresholds = {
@@ -173,6 +176,8 @@ def parse(data: dict[str, Any]) -> Reference:
         busy_share=float(data["thresholds"]["busy_share"]["warn_above"]),
     )
     for gpu in gpus:
+        if gpu.identified_by is not None and gpu.identified_by not in documents:
+            raise ValueError(f"{gpu.model}: identified_by must name an entry of `documents`")
         for device_id in gpu.pci_device_ids:
             if device_id in reference.by_device_id:
                 raise ValueError(f"PCI device ID {device_id:#06x} appears twice")
