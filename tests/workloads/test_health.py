@@ -196,12 +196,21 @@ def test_pcie_replays_are_rated_between_runs(node: dict[str, Path]) -> None:
     assert replays["GPU 1"]["verdict"] == "pass"
 
 
-def test_an_unreadable_state_is_set_aside_and_the_run_starts_afresh(node: dict[str, Path]) -> None:
+@pytest.mark.parametrize("garbage", ["{not json", '{"version": 1, "open": [{"device": 3}]}',
+                                     "\x00" * 64, '{"version": 99}', "[]"])
+def test_an_unreadable_state_fails_until_cleared(node: dict[str, Path], garbage: str) -> None:
+    """The failures an unreadable state held open are unknown: the node must not pass."""
     node["state"].parent.mkdir()
-    node["state"].write_text("{not json")
+    node["state"].write_text(garbage)
     code, record = health(node, gpus(node["tmp"]))
-    assert code == 0 and "could not be read" in record["note"]
+    assert code == 1 and "could not be read" in record["note"]
     assert (node["state"].parent / "health-state.json.unreadable").exists()
+    [lost] = rows(record, "state")
+    assert lost["verdict"] == "fail" and "held open are unknown" in lost["reason"]
+    code, record = health(node, gpus(node["tmp"]))  # the next run: still failing
+    assert code == 1 and "still open" in rows(record, "state")[0]["reason"]
+    code, record = health(node, gpus(node["tmp"]), "--clear")
+    assert code == 0 and record["cleared"][0]["item"] == "state"
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -297,13 +306,37 @@ def test_help_reads_like_documentation() -> None:
         assert words in done.stdout
 
 
-@settings(max_examples=100)
-@given(st.text(max_size=400))
-def test_a_drain_reason_is_safe_for_scontrol_whatever_the_finding_says(text: str) -> None:
-    why = slurm.reason(text)
-    assert why.startswith(slurm.PREFIX) and len(why) <= slurm.MAX_REASON
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    assert set(why) <= set(letters + letters.upper() + "0123456789 .,:()/#+_-")
+SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;()/#+_-")
+WORDY = st.text(st.characters(codec="utf-8"), max_size=300) | st.lists(
+    st.sampled_from(["GPU", "has", "fallen", "off", "the", "bus", "reset", "(nvidia-smi", "-r)",
+                     "reboot", "NETIR", "Fatal", "XC0", "i0", "Link", "-1", "0x000fe406"]),
+    max_size=60).map(" ".join)
+
+
+@settings(max_examples=300)
+@given(
+    code=st.sampled_from(["XID 79", "XID 149", "SXid 12028", "GPUs", "state", "memory"]),
+    meaning=WORDY,
+    where=st.sampled_from(["host", "gpu 7 0000:3b:00.0 sn 1654922006536",
+                           "gpu - 0000:86:00 sn -", "nvswitch 3 0000:c1:00.0"]),
+    action=WORDY,
+    since=st.floats(0, 4102444800),
+    more=st.integers(0, 200),
+)
+def test_a_drain_reason_keeps_its_fields_and_whole_words(
+    code: str, meaning: str, where: str, action: str, since: float, more: int
+) -> None:
+    """Whatever a finding says: safe for scontrol, within the limit, no word cut, every field."""
+    why = slurm.reason(slurm.Cause(f"{code} {meaning}", where, action, since), more)
+    assert why.startswith(slurm.PREFIX + " " + code) and len(why) <= slurm.MAX_REASON
+    assert set(why) <= SAFE
+    fault, place, todo, when, *rest = why.removeprefix(slurm.PREFIX + " ").split("; ")
+    assert place == where and when == f"since {slurm.stamp(since)}"
+    assert rest == ([f"+{more} more"] if more else [])
+    for field_text, given_text in ((fault, f"{code} {meaning}"), (todo, action)):
+        clean = slurm._clean(given_text).split(" ")
+        words = field_text.removesuffix("...").split(" ") if field_text else []
+        assert words == clean[: len(words)], (field_text, given_text)  # whole words, in order
 
 
 def test_the_state_lock_makes_a_second_run_wait(node: dict[str, Path]) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.accept import errors, verdicts
+from workloads.accept.health import reasons
 from workloads.accept.health.state import OpenFailure, State
 from workloads.accept.verdicts import FAIL, PASS, SKIP, Finding
 from workloads.hardware import aer, kernel_log, nvml_errors
@@ -40,6 +41,7 @@ class NvmlReading:
     memory: list[Finding] = field(default_factory=list)
     opened: bool = False
     error: str | None = None
+    serials: dict[int, str] = field(default_factory=dict)  # NVML index -> board serial
 
 
 def _read_nvml(nvml: Any, out: NvmlReading) -> None:
@@ -51,12 +53,25 @@ def _read_nvml(nvml: Any, out: NvmlReading) -> None:
         try:
             out.gpus = nvml_errors.read_all(handle)
             for gpu in out.gpus:
+                serial = _serial(handle, gpu.index)
+                if serial:
+                    out.serials[gpu.index] = serial
                 facts = read_facts(handle, gpu.index)
                 out.memory.append(verdicts.memory_errors(f"GPU {gpu.index}", GpuWatch(facts)))
         finally:
             handle.nvmlShutdown()
     except Exception as exc:  # an NVML error mid-way is a finding, not a crash
         out.error = f"{type(exc).__name__}: {exc}"
+
+
+def _serial(nvml: Any, index: int) -> str | None:
+    """The board serial (``nvmlDeviceGetSerial``), for the drain reason; None if NVML has none."""
+    try:
+        value = nvml.nvmlDeviceGetSerial(nvml.nvmlDeviceGetHandleByIndex(index))
+    except Exception:  # NotSupported on some boards, or no such call in an old pynvml
+        return None
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    return text.strip() or None
 
 
 def read_nvml(nvml: Any, timeout_s: float) -> tuple[NvmlReading, bool]:
@@ -102,6 +117,7 @@ class Run:
     state: State
     scan: kernel_log.Scan
     seconds: float
+    gpus: list[reasons.Gpu] = field(default_factory=list)
 
 
 def run(
@@ -139,7 +155,10 @@ def run(
         replay_baseline=state.replays if minutes else None,
         since=since,
     )
+    if state.lost:
+        findings.append(_lost_state(state, now))
     findings += _still_open(state, findings)
+    _remember_first_seen(state, findings, now)
 
     if scan.readable and scan.last_us is not None and not since_boot:
         state.after_us = max(state.after_us or 0, scan.last_us)
@@ -148,7 +167,43 @@ def run(
             g.pci: g.pcie_replays for g in reading.gpus if g.pci and g.pcie_replays is not None
         }
         state.replays_at = now
-    return Run(findings, state, scan, time.monotonic() - start)
+    gpus = [reasons.Gpu(g.index, g.pci, reading.serials.get(g.index)) for g in reading.gpus]
+    known = {g.pci for g in gpus}
+    gpus += [reasons.Gpu(None, bdf, None) for bdf in on_bus if bdf not in known]
+    return Run(findings, state, scan, time.monotonic() - start, gpus)
+
+
+LOST_ACTION = ("check the GPUs (nvidia-smi, the kernel log since boot), then run `workloads "
+               "health --clear`")
+
+
+def _lost_state(state: State, now: float) -> Finding:
+    """The state could not be read: the failures it held open are unknown, so this fails.
+
+    It stays open (like an XID's) until a reboot or ``--clear``: a node must not go back to
+    work because the file that said it was broken could not be read.
+    """
+    note = state.note or "the state file could not be read"
+    state.open.append(OpenFailure("host", "state", note, LOST_ACTION, now,
+                                  "state file unreadable: open failures unknown"))
+    return Finding(CHECK, "host", "state", FAIL, f"{note}; the failures it held open are "
+                   f"unknown: {LOST_ACTION}",
+                   details={"meaning": "state file unreadable: open failures unknown",
+                            "action": LOST_ACTION})
+
+
+def _remember_first_seen(state: State, findings: list[Finding], now: float) -> None:
+    """Keep when each failure still failing was first found; forget the ones that pass."""
+    failing = {f"{f.device}|{f.item}" for f in findings if f.verdict == FAIL}
+    opened = {f"{o.device}|{o.item}": o.seen_at for o in state.open}
+    state.first_seen = {
+        key: state.first_seen.get(key, opened.get(key, now)) for key in sorted(failing)
+    }
+
+
+def first_seen(state: State, finding: Finding) -> float:
+    """When ``finding`` first failed (this run's time for a new one)."""
+    return state.first_seen.get(f"{finding.device}|{finding.item}", time.time())
 
 
 def _still_open(state: State, findings: list[Finding]) -> list[Finding]:
@@ -159,14 +214,16 @@ def _still_open(state: State, findings: list[Finding]) -> list[Finding]:
     for finding in events:
         if (finding.device, finding.item) not in known:
             action = str(finding.details.get("action", ""))
+            meaning = str(finding.details.get("meaning", ""))
             state.open.append(
-                OpenFailure(finding.device, finding.item, finding.reason, action, now)
+                OpenFailure(finding.device, finding.item, finding.reason, action, now, meaning)
             )
-    fresh = {(f.device, f.item) for f in events}
+    fresh = {(f.device, f.item) for f in findings if f.verdict == FAIL}
     return [
         Finding(CHECK, o.device, o.item, FAIL, f"still open from an earlier run: {o.action}; when "
                 "it is done, run `workloads health --clear` (a reboot clears it too)",
-                details={"first_reason": o.reason, "seen_at": o.seen_at})
+                details={"first_reason": o.reason, "seen_at": o.seen_at, "meaning": o.meaning,
+                         "action": o.action})
         for o in state.open
         if (o.device, o.item) not in fresh
     ]

@@ -15,10 +15,12 @@ file (and, with --slurm, the node's state in SLURM):
                counters of each GPU and the port above it (fatal fails)
 
 Verdicts as in `workloads accept`. Exit 0 when nothing fails, 1 when something fails,
-2 on bad input. With --slurm the node is drained when something fails, with the first
-failure as its reason ("workloads-health: ..."), and resumed when a run passes, only
-if this check drained it (a node an administrator drained stays drained); the exit is
-then 0 once the node's state is right, 2 if scontrol could not be reached. The
+2 on bad input. With --slurm the node is drained when something fails, with the oldest
+failure as its reason ("workloads-health: FAULT; WHERE; ACTION; since TIME", the grammar in
+scripts/slurm/README.md, kept while the fault stays open), and resumed when a run passes,
+only if this check drained it (a node an administrator drained, a DOWN node and one waiting
+for a reboot are left alone); the exit is then 0 once the node's state is right, 2 if
+scontrol could not be reached. The
 run ends within --deadline seconds (slurmd kills a HealthCheckProgram after 60).
 
 State (--state, default /var/lib/workloads/health-state.json, root's, mode 0600): the
@@ -106,16 +108,15 @@ def _check_inputs(args: argparse.Namespace) -> None:
                             "give the path of a file (it is created)")
 
 
-def _summary(failures: list[Any]) -> str:
-    """The drain reason: the first failure's device, item, meaning and action; and how many more."""
-    if not failures:
-        return ""
-    first = failures[0]
-    meaning = first.details.get("meaning")
-    action = first.details.get("action")
-    text = f"{first.device} {first.item}"
-    text += f" {meaning}: {action}" if meaning and action else f": {first.reason}"
-    return text + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else "")
+def _reasons(done: Any) -> list[str]:
+    """One drain reason per failure, oldest first (the first is the one a drain names)."""
+    from workloads.accept.health import check, reasons, slurm
+    from workloads.accept.verdicts import FAIL
+
+    failures = [f for f in done.findings if f.verdict == FAIL]
+    causes = [reasons.cause(f, done.gpus, check.first_seen(done.state, f)) for f in failures]
+    causes.sort(key=lambda c: c.since)  # stable: in a run's own order when found together
+    return [slurm.reason(c, len(causes) - 1) for c in causes]
 
 
 def run(args: argparse.Namespace, nvml: Any = None) -> int:
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
     action = None
     if node is not None:
         timeout = max(2.0, args.deadline * 0.1)
-        action = slurm.act(node, bool(failures), slurm.reason(_summary(failures)), timeout)
+        action = slurm.act(node, _reasons(done), timeout)
     if args.json:
         record = {
             "verdict": verdict,
