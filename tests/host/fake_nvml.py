@@ -131,6 +131,9 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, handle: int) -> str:
         return str(self._fact(handle, "uuid"))
 
+    def nvmlDeviceGetSerial(self, handle: int) -> str:
+        return str(self._fact(handle, "serial"))
+
     def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
         device_id = int(str(self._fact(handle, "pci_device_id")), 16)
         bus = f"0000:{handle:02x}:00.0"

@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -117,6 +118,32 @@ def test_a_reboot_clears_open_failures_and_starts_the_log_afresh(node: dict[str,
     code, record = health(node, gpus(node["tmp"]))
     assert code == 0 and not rows(record, "XID 48")
     assert json.loads(node["state"].read_text())["boot_id"].endswith("0002")
+
+
+def test_a_drain_reason_names_the_gpu_and_stays_the_same_while_the_fault_is_open(
+    node: dict[str, Path],
+) -> None:
+    """Index, bus id and serial from NVML; the first run's time; the same text run after run."""
+    from workloads.accept.health import check
+
+    nvml = gpus(node["tmp"], gpu0={"serial": "1654922006536"}, gpu1={"serial": "1654922006537"})
+    append(node, klog.xid_line(900.5, GPU1[:-2], 79))
+
+    def reasons_now() -> list[str]:
+        kept = health_state.load(node["state"]) if node["state"].exists() else health_state.State()
+        done = check.run(kept, kernel_log_path=node["log"], sysfs=node["sysfs"], deadline_s=20,
+                         nvml=nvml)
+        node["state"].parent.mkdir(exist_ok=True)
+        health_state.save(node["state"], done.state)
+        return command._reasons(done)
+
+    first = reasons_now()
+    assert len(first) == 1
+    assert re.fullmatch(r"workloads-health: XID 79 GPU has fallen off the bus; gpu 1 "
+                        r"0000:86:00.0 sn 1654922006537; reboot the node; since "
+                        r"\d{4}-\d\d-\d\dT\d\d:\d\dZ", first[0]), first[0]
+    for _ in range(3):  # later runs: the XID is not read again, its failure stays open
+        assert reasons_now() == first
 
 
 def test_since_boot_judges_everything_and_keeps_the_state(node: dict[str, Path]) -> None:
