@@ -131,6 +131,11 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, handle: int) -> str:
         return str(self._fact(handle, "uuid"))
 
+    def nvmlDeviceGetSramEccErrorStatus(self, handle: int, status: Any) -> int:
+        """pynvml's call: fills the ``c_nvmlEccSramErrorStatus_v1_t`` passed by reference."""
+        status._obj.bThresholdExceeded = int(bool(self._fact(handle, "sram_threshold_exceeded")))
+        return int(pynvml.NVML_SUCCESS)
+
     def nvmlDeviceGetSerial(self, handle: int) -> str:
         return str(self._fact(handle, "serial"))
 

@@ -146,6 +146,60 @@ def test_a_drain_reason_names_the_gpu_and_stays_the_same_while_the_fault_is_open
         assert reasons_now() == first
 
 
+NETIR_FATAL = "NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000)"
+RLW_FATAL = "RLW_REMAP Fatal XC1 i0 Link 12 (0x040988e2 0x00000008 0x00000000 0x00000000)"
+NETIR_NONFATAL = "NETIR Non-fatal XC0 i0 Link 3 (0x000fe406 0x00000000 0x00000000 0x00000000)"
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "verdict"),
+    [(149, NETIR_FATAL, "fail"), (145, RLW_FATAL, "fail"), (167, None, "fail"),
+     (149, NETIR_NONFATAL, "warn")],
+)
+def test_blackwell_link_xids_fail_when_fatal_and_only_then(
+    node: dict[str, Path], code: int, text: str | None, verdict: str
+) -> None:
+    append(node, klog.xid_line(700.25, GPU0[:-2], code, text))
+    status, record = health(node, gpus(node["tmp"]))
+    [row] = rows(record, f"XID {code}")
+    assert row["verdict"] == verdict and status == (1 if verdict == "fail" else 0)
+    if verdict == "fail":
+        assert row["details"]["action"].startswith("reset the GPU")
+
+
+def test_an_xid_nvidia_does_not_list_for_this_gpu_says_so(node: dict[str, Path]) -> None:
+    """The stand-in's GPUs are H100s: NVIDIA lists XID 149 for B100/GB200 only, 74 for H100."""
+    append(node, klog.xid_line(720.5, GPU0[:-2], 149, NETIR_FATAL),
+           klog.xid_line(720.6, GPU1[:-2], 74, "NVLink: fatal error detected on link 3"))
+    _, record = health(node, gpus(node["tmp"]))
+    [xid149] = rows(record, "XID 149")
+    [xid74] = rows(record, "XID 74")
+    assert xid149["details"]["applies"] == {"column": "H100", "yes": False}
+    assert "does not list XID 149 for H100-class GPUs" in xid149["reason"]
+    assert xid149["verdict"] == "fail"  # still judged: the catalogue's column is not a filter
+    assert xid74["details"]["applies"] == {"column": "H100", "yes": True}
+    assert "does not list" not in xid74["reason"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "action"),
+    [(True, "SRAM error threshold exceeded: run field diagnostics (RMA if they fail)"),
+     (False, "drain and reset the GPU; run field diagnostics (RMA if they fail)"),
+     (None, "drain and reset the GPU; run field diagnostics (RMA if they fail); SRAM threshold "
+      "flag not readable (nvidia-smi -q: sram_threshold_exceeded)")],
+)
+def test_xid_48_reads_the_sram_threshold_flag(
+    node: dict[str, Path], flag: bool | None, action: str
+) -> None:
+    """NVIDIA's WORKFLOW_XID_48: for SRAM, the threshold flag set means field diagnostics."""
+    append(node, klog.xid_line(800.5, GPU1[:-2], 48))
+    status, record = health(node, gpus(node["tmp"], gpu1={"sram_threshold_exceeded": flag}))
+    [row] = rows(record, "XID 48")
+    assert status == 1 and row["verdict"] == "fail"
+    assert row["details"]["action"] == action and action in row["reason"]
+    assert row["details"]["sram_threshold_exceeded"] is flag
+
+
 def test_since_boot_judges_everything_and_keeps_the_state(node: dict[str, Path]) -> None:
     append(node, klog.xid_line(300.5, "0000:86:00", 13, "x"))
     health(node, gpus(node["tmp"]))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ from workloads.accept import errors, verdicts
 from workloads.accept.health import reasons
 from workloads.accept.health.state import OpenFailure, State
 from workloads.accept.verdicts import FAIL, PASS, SKIP, Finding
-from workloads.hardware import aer, kernel_log, nvml_errors
-from workloads.hardware.nvml import GpuWatch, open_nvml, read_facts
+from workloads.hardware import aer, kernel_log, nvml_errors, xid
+from workloads.hardware.nvml import GpuWatch, open_nvml, read_facts, sram_threshold_exceeded
 
 CHECK = "health"
 SINCE = "since the last run"
@@ -42,6 +42,7 @@ class NvmlReading:
     opened: bool = False
     error: str | None = None
     serials: dict[int, str] = field(default_factory=dict)  # NVML index -> board serial
+    sram_exceeded: dict[int, bool | None] = field(default_factory=dict)  # NVML index -> flag
 
 
 def _read_nvml(nvml: Any, out: NvmlReading) -> None:
@@ -54,6 +55,9 @@ def _read_nvml(nvml: Any, out: NvmlReading) -> None:
             out.gpus = nvml_errors.read_all(handle)
             for gpu in out.gpus:
                 serial = _serial(handle, gpu.index)
+                out.sram_exceeded[gpu.index] = sram_threshold_exceeded(
+                    handle, handle.nvmlDeviceGetHandleByIndex(gpu.index)
+                )
                 if serial:
                     out.serials[gpu.index] = serial
                 facts = read_facts(handle, gpu.index)
@@ -149,12 +153,12 @@ def run(
     minutes = (now - state.replays_at) / 60 if state.replays_at and same_boot else None
     since = "since boot" if since_boot or after is None else SINCE
     findings = [gpu_count_finding(on_bus, reading, answered), *reading.memory]
-    findings += errors.judge(
+    findings += [_architecture(_xid48_sram(f, reading), reading) for f in errors.judge(
         readings,
         replay_minutes=minutes,
         replay_baseline=state.replays if minutes else None,
         since=since,
-    )
+    )]
     if state.lost:
         findings.append(_lost_state(state, now))
     findings += _still_open(state, findings)
@@ -171,6 +175,49 @@ def run(
     known = {g.pci for g in gpus}
     gpus += [reasons.Gpu(None, bdf, None) for bdf in on_bus if bdf not in known]
     return Run(findings, state, scan, time.monotonic() - start, gpus)
+
+
+def _gpu_at(reading: NvmlReading, pci: str) -> nvml_errors.GpuErrors | None:
+    key = errors.device_key(pci)
+    return next((g for g in reading.gpus if g.pci and errors.device_key(g.pci) == key), None)
+
+
+def _architecture(finding: Finding, reading: NvmlReading) -> Finding:
+    """An XID on a GPU whose catalogue column says NO is still judged, and says so."""
+    code = finding.details.get("code")
+    gpu = _gpu_at(reading, str(finding.details.get("pci", "")))
+    if finding.details.get("kind") != "XID" or not isinstance(code, int) or gpu is None:
+        return finding
+    found = xid.load().applies_to(code, gpu.name)
+    if found is None:
+        return finding
+    column, applies = found
+    details = {**finding.details, "applies": {"column": column, "yes": applies}}
+    if applies:
+        return replace(finding, details=details)
+    return replace(finding, details=details, reason=f"{finding.reason} (NVIDIA's catalogue "
+                   f"does not list XID {code} for {column}-class GPUs: {gpu.name})")
+
+
+SRAM_SET = "SRAM error threshold exceeded: run field diagnostics (RMA if they fail)"
+SRAM_UNKNOWN = "SRAM threshold flag not readable (nvidia-smi -q: sram_threshold_exceeded)"
+
+
+def _xid48_sram(finding: Finding, reading: NvmlReading) -> Finding:
+    """XID 48 with NVML's SRAM threshold flag, as NVIDIA's WORKFLOW_XID_48 asks.
+
+    "All other SRAM: check SRAM Error Threshold flag; if set RUN_FIELDDIAG": the flag set turns
+    the action into field diagnostics; not readable, the action says where to look.
+    """
+    if finding.item != "XID 48" or finding.verdict != FAIL:
+        return finding
+    gpu = _gpu_at(reading, str(finding.details.get("pci", "")))
+    flag = reading.sram_exceeded.get(gpu.index) if gpu is not None else None
+    action = str(finding.details.get("action", ""))
+    action = SRAM_SET if flag else f"{action}; {SRAM_UNKNOWN}" if flag is None else action
+    reason = finding.reason.replace(str(finding.details.get("action", "")), action, 1)
+    return replace(finding, reason=reason,
+                   details={**finding.details, "action": action, "sram_threshold_exceeded": flag})
 
 
 LOST_ACTION = ("check the GPUs (nvidia-smi, the kernel log since boot), then run `workloads "
