@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.accept import errors, verdicts
-from workloads.accept.health import reasons
+from workloads.accept.health import reasons, signals
 from workloads.accept.health.state import OpenFailure, State
 from workloads.accept.verdicts import FAIL, PASS, SKIP, Finding
 from workloads.hardware import aer, kernel_log, nvml_errors, xid
@@ -43,6 +43,7 @@ class NvmlReading:
     error: str | None = None
     serials: dict[int, str] = field(default_factory=dict)  # NVML index -> board serial
     sram_exceeded: dict[int, bool | None] = field(default_factory=dict)  # NVML index -> flag
+    signals: list[signals.Signals] = field(default_factory=list)
 
 
 def _read_nvml(nvml: Any, out: NvmlReading) -> None:
@@ -62,6 +63,7 @@ def _read_nvml(nvml: Any, out: NvmlReading) -> None:
                     out.serials[gpu.index] = serial
                 facts = read_facts(handle, gpu.index)
                 out.memory.append(verdicts.memory_errors(f"GPU {gpu.index}", GpuWatch(facts)))
+                out.signals.append(signals.read(handle, gpu.index))
         finally:
             handle.nvmlShutdown()
     except Exception as exc:  # an NVML error mid-way is a finding, not a crash
@@ -85,6 +87,25 @@ def read_nvml(nvml: Any, timeout_s: float) -> tuple[NvmlReading, bool]:
     worker.start()
     worker.join(timeout_s)
     return out, not worker.is_alive()
+
+
+def expected_count_finding(expected: int, on_bus: list[str], reading: NvmlReading) -> Finding:
+    """The GPUs this node should have (``--expect-gpus``) against those on the bus and in NVML.
+
+    The bus alone cannot tell a GPU that never enumerated (no sysfs entry, nothing for NVML to
+    miss): only the count the node is known to have can.
+    """
+    seen = max(len(on_bus), len(reading.gpus))
+    details = {"expected": expected, "pci": len(on_bus), "nvml": len(reading.gpus)}
+    if seen < expected:
+        return Finding(CHECK, "host", "GPU count", FAIL, f"{seen} of the {expected} GPUs this "
+                       f"node should have are present (PCI bus {len(on_bus)}, NVML "
+                       f"{len(reading.gpus)}): reboot the node; reseat or replace the missing "
+                       "GPU if it stays missing", seen, "GPUs", expected,
+                       details={**details, "meaning": f"{seen} of {expected} GPUs present",
+                                "action": "reboot; reseat or replace the missing GPU"})
+    return Finding(CHECK, "host", "GPU count", PASS, f"{seen} GPUs, as expected", seen, "GPUs",
+                   expected, details=details)
 
 
 def gpu_count_finding(on_bus: list[str], reading: NvmlReading, answered: bool) -> Finding:
@@ -132,6 +153,7 @@ def run(
     deadline_s: float,
     since_boot: bool = False,
     nvml: Any = None,
+    expect_gpus: int | None = None,
 ) -> Run:
     """Read and judge everything; returns the findings and the state to keep."""
     start = time.monotonic()
@@ -153,6 +175,10 @@ def run(
     minutes = (now - state.replays_at) / 60 if state.replays_at and same_boot else None
     since = "since boot" if since_boot or after is None else SINCE
     findings = [gpu_count_finding(on_bus, reading, answered), *reading.memory]
+    if expect_gpus is not None:
+        findings.append(expected_count_finding(expect_gpus, on_bus, reading))
+    for signal in reading.signals:
+        findings += signals.judge(f"GPU {signal.index}", signal)
     findings += [_architecture(_xid48_sram(f, reading), reading) for f in errors.judge(
         readings,
         replay_minutes=minutes,

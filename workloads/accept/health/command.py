@@ -10,6 +10,9 @@ file (and, with --slurm, the node's state in SLURM):
   kernel log   XID and SXid events since the last run (journalctl -k -b, else dmesg),
                each with NVIDIA's meaning and action; one that needs a reset or a
                reboot stays failed until a reboot or --clear
+  signals      inactive NVLinks, HW thermal / power-brake slowdown (NVML's clock event
+               reasons), a PCIe link narrower than the GPU can train (all fail), the
+               GPU count against --expect-gpus
   links        NVLink replay/recovery/CRC counters (warn at 5: Imbue), PCIe replays
                per minute since the last run (warn above 8: NVIDIA/DCGM), PCIe AER
                counters of each GPU and the port above it (fatal fails)
@@ -61,6 +64,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text[:20]}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be 1 to 64, got {value}")
+    return value
+
+
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "health",
@@ -87,6 +100,9 @@ def register(sub: Any) -> None:
                         "of this boot's journal")
     parser.add_argument("--sysfs-pci", type=Path, metavar="DIR",
                         help="PCI devices directory (default /sys/bus/pci/devices)")
+    parser.add_argument("--expect-gpus", type=_count, metavar="N",
+                        help="the GPUs this node should have: fewer on the bus and in NVML fail "
+                        "(a GPU that never enumerates is missing from both)")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.set_defaults(func=run)
 
@@ -151,6 +167,7 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
             deadline_s=args.deadline * 0.5,
             since_boot=args.since_boot,
             nvml=nvml,
+            expect_gpus=args.expect_gpus,
         )
         if not args.since_boot or args.clear:
             try:

@@ -1,0 +1,111 @@
+"""The quick check's free signals on the NVML stand-in: inactive NVLinks, clock event reasons,
+PCIe link width and generation, the GPU count against --expect-gpus.
+
+The stand-in (``tests/host/fake_nvml.py``) answers with pynvml's own constants: a link that is
+down is recorded as ``pynvml.NVML_NVLINK_VERSION_INVALID``, the clock event reasons are OR-ed
+``pynvml.nvmlClocksEventReason*`` bits (every named bit pynvml has is walked), the PCIe maxima are
+per-GPU facts and the current link a reading. The node is ``tests/workloads/test_health.py``'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+
+from tests.workloads import test_health
+from tests.workloads.test_health import gpus, health, rows
+
+node = test_health.node  # the two-GPU node fixture
+LINKS = 18  # an H100 SXM's NVLinks (the stand-in's board)
+
+REASON_BITS = {
+    name.removeprefix("nvmlClocksEventReason"): int(getattr(pynvml, name))
+    for name in dir(pynvml)
+    if name.startswith("nvmlClocksEventReason") and name not in (
+        "nvmlClocksEventReasonAll", "nvmlClocksEventReasonNone")
+}
+FAILING = {"HwThermalSlowdown", "HwPowerBrakeSlowdown", "HwSlowdown"}
+WARNING = {"SwThermalSlowdown"}
+
+
+def with_links(down: list[int]) -> list[int]:
+    return [pynvml.NVML_NVLINK_VERSION_INVALID if link in down else pynvml.NVML_NVLINK_VERSION_4_0
+            for link in range(LINKS)]
+
+
+@pytest.mark.parametrize("down", [[0], [17], [3, 4], list(range(18))])
+def test_an_inactive_nvlink_fails(node: dict[str, Path], down: list[int]) -> None:
+    status, record = health(node, gpus(node["tmp"], gpu1={"nvlink": with_links(down)}))
+    links = {r["device"]: r for r in rows(record, "NVLinks")}
+    assert links["GPU 0"]["verdict"] == "pass"
+    assert links["GPU 1"]["verdict"] == "fail" and status == 1
+    assert links["GPU 1"]["details"]["inactive"] == down
+    assert f"{len(down)} of 18 NVLinks inactive" in links["GPU 1"]["reason"]
+
+
+def test_every_named_clock_event_reason_is_judged_by_its_name() -> None:
+    assert set(REASON_BITS) >= FAILING | WARNING, sorted(REASON_BITS)
+
+
+@pytest.mark.parametrize("name", sorted(REASON_BITS))
+def test_a_clock_event_reason_alone_or_beside_idle(node: dict[str, Path], name: str) -> None:
+    idle = REASON_BITS["GpuIdle"]
+    for reasons in (REASON_BITS[name], REASON_BITS[name] | idle):
+        readings = [{"sm": 0, "mem": 0, "reasons": reasons}]
+        status, record = health(node, gpus(node["tmp"], gpu0={"readings": readings}))
+        [clocks] = [r for r in rows(record, "clocks") if r["device"] == "GPU 0"]
+        expected = "fail" if name in FAILING else "warn" if name in WARNING else "pass"
+        assert clocks["verdict"] == expected, (name, reasons, clocks["reason"])
+        assert status == (1 if expected == "fail" else 0)
+
+
+def test_all_the_failing_reasons_at_once_are_all_named(node: dict[str, Path]) -> None:
+    reasons = functools.reduce(operator.or_, (REASON_BITS[n] for n in FAILING))
+    _, record = health(node, gpus(node["tmp"], gpu0={"readings": [
+        {"sm": 0, "mem": 0, "reasons": reasons}]}))
+    [clocks] = [r for r in rows(record, "clocks") if r["device"] == "GPU 0"]
+    for words in ("HW thermal slowdown", "HW power brake slowdown", "HW slowdown"):
+        assert words in clocks["reason"]
+
+
+def pcie(width: int, most: int, gen: int, max_gen: int) -> dict[str, Any]:
+    return {"pcie": {"max_width": most, "max_generation": max_gen, "gpu_max_generation": max_gen},
+            "readings": [{"sm": 0, "mem": 0, "pcie_width": width, "pcie_gen": gen}]}
+
+
+@pytest.mark.parametrize(("width", "most"), [(8, 16), (4, 16), (1, 16), (16, 16), (8, 8)])
+def test_a_pcie_link_narrower_than_the_gpu_can_train_fails(
+    node: dict[str, Path], width: int, most: int
+) -> None:
+    status, record = health(node, gpus(node["tmp"], gpu0=pcie(width, most, 5, 5)))
+    [row] = [r for r in rows(record, "PCIe width") if r["device"] == "GPU 0"]
+    assert row["verdict"] == ("fail" if width < most else "pass")
+    assert status == (1 if width < most else 0)
+    if width < most:
+        assert f"trained at x{width}, the GPU and its slot can do x{most}" in row["reason"]
+
+
+@pytest.mark.parametrize(("gen", "max_gen"), [(1, 5), (4, 5), (5, 5), (3, 4)])
+def test_a_slower_pcie_generation_warns_only(node: dict[str, Path], gen: int, max_gen: int) -> None:
+    """An idle GPU lowers its link speed: a warn that says so, not a drain."""
+    status, record = health(node, gpus(node["tmp"], gpu0=pcie(16, 16, gen, max_gen)))
+    [row] = [r for r in rows(record, "PCIe gen") if r["device"] == "GPU 0"]
+    assert row["verdict"] == ("warn" if gen < max_gen else "pass") and status == 0
+
+
+@pytest.mark.parametrize(("expected", "verdict"), [(3, "fail"), (8, "fail"), (2, "pass"),
+                                                   (1, "pass")])
+def test_the_gpu_count_is_judged_against_the_expected_count(
+    node: dict[str, Path], expected: int, verdict: str
+) -> None:
+    """Two GPUs on the bus and in NVML; a third that never enumerated is missing from both."""
+    status, record = health(node, gpus(node["tmp"]), "--expect-gpus", str(expected))
+    [row] = rows(record, "GPU count")
+    assert row["verdict"] == verdict and status == (1 if verdict == "fail" else 0)
+    if verdict == "fail":
+        assert f"2 of the {expected} GPUs this node should have are present" in row["reason"]
