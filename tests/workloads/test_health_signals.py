@@ -18,6 +18,7 @@ import pynvml
 import pytest
 
 from tests.workloads import test_health
+from tests.workloads.test_accept_errors import zero_links
 from tests.workloads.test_health import gpus, health, rows
 
 node = test_health.node  # the two-GPU node fixture
@@ -109,3 +110,28 @@ def test_the_gpu_count_is_judged_against_the_expected_count(
     assert row["verdict"] == verdict and status == (1 if verdict == "fail" else 0)
     if verdict == "fail":
         assert f"2 of the {expected} GPUs this node should have are present" in row["reason"]
+
+
+def links_with(replays: int, link: int = 3) -> dict[str, Any]:
+    counts = zero_links()
+    counts[str(link)]["replay"] = replays
+    return {"nvlink_errors": counts}
+
+
+def test_nvlink_error_counters_are_judged_as_what_was_added_since_the_last_run(
+    node: dict[str, Path],
+) -> None:
+    """Counters count since the driver loaded; a check every few minutes judges the new ones.
+
+    The warn line is 5 errors (Imbue, ``LIMITS["nvlink_errors"]``): 10 at the first run of a
+    boot warn, the same 10 at the next run are old news, 8 more warn again, and a count that
+    went down (a GPU reset zeroed the counters) is all new.
+    """
+    expected = [(10, "warn", "since the driver loaded", 10), (10, "pass", "since the last run", 0),
+                (12, "pass", "since the last run", 2), (20, "warn", "since the last run", 8),
+                (3, "pass", "since the last run", 3)]
+    for replays, verdict, span, added in expected:
+        _, record = health(node, gpus(node["tmp"], gpu0=links_with(replays)))
+        [row] = [r for r in rows(record, "NVLink errors") if r["device"] == "GPU 0"]
+        assert (row["verdict"], row["details"]["since"], row["value"]) == (verdict, span, added)
+        assert row["reason"].endswith(f"({span})")

@@ -161,6 +161,7 @@ def run(
     same_boot = state.boot_id is not None and state.boot_id == boot
     if not same_boot:  # a reboot cleared whatever was open, and the log starts afresh
         state.open, state.after_us, state.replays, state.replays_at = [], None, {}, None
+        state.nvlink = {}
     state.boot_id = boot
     after = None if since_boot else state.after_us
 
@@ -169,7 +170,9 @@ def run(
     left = max(1.0, deadline_s - (time.monotonic() - start) - 5.0)
     scan = kernel_log.scan(kernel_log_path, after_us=after, deadline_s=left)
     counters = {bdf: aer.read_gpu(bdf, sysfs) for bdf in on_bus}
-    readings = errors.Readings(scan, reading.gpus, counters, on_bus)
+    baseline = dict(state.nvlink)
+    judged = [nvlink_since(gpu, baseline.get(gpu.pci or "")) for gpu in reading.gpus]
+    readings = errors.Readings(scan, judged, counters, on_bus)
 
     now = time.time()
     minutes = (now - state.replays_at) / 60 if state.replays_at and same_boot else None
@@ -179,7 +182,8 @@ def run(
         findings.append(expected_count_finding(expect_gpus, on_bus, reading))
     for signal in reading.signals:
         findings += signals.judge(f"GPU {signal.index}", signal)
-    findings += [_architecture(_xid48_sram(f, reading), reading) for f in errors.judge(
+    findings += [_nvlink_since_note(_architecture(_xid48_sram(f, reading), reading), baseline,
+                                    reading) for f in errors.judge(
         readings,
         replay_minutes=minutes,
         replay_baseline=state.replays if minutes else None,
@@ -197,10 +201,50 @@ def run(
             g.pci: g.pcie_replays for g in reading.gpus if g.pci and g.pcie_replays is not None
         }
         state.replays_at = now
+        state.nvlink = {
+            g.pci: {str(link.link): {k: v for k, v in link.counts.items() if v is not None}
+                    for link in g.nvlinks}
+            for g in reading.gpus if g.pci
+        }
     gpus = [reasons.Gpu(g.index, g.pci, reading.serials.get(g.index)) for g in reading.gpus]
     known = {g.pci for g in gpus}
     gpus += [reasons.Gpu(None, bdf, None) for bdf in on_bus if bdf not in known]
     return Run(findings, state, scan, time.monotonic() - start, gpus)
+
+
+def nvlink_since(
+    gpu: nvml_errors.GpuErrors, before: dict[str, dict[str, int]] | None
+) -> nvml_errors.GpuErrors:
+    """The GPU's NVLink error counts added since ``before`` (the last run's reading).
+
+    A count below the last one means the counters were reset (a GPU reset): all of it is new.
+    Without a last reading (the first run of a boot) the totals since the driver loaded stand.
+    """
+    if before is None:
+        return gpu
+    links = []
+    for link in gpu.nvlinks:
+        last = before.get(str(link.link), {})
+        counts = {
+            key: None if value is None
+            else value - last[key] if key in last and value >= last[key] else value
+            for key, value in link.counts.items()
+        }
+        links.append(replace(link, counts=counts))
+    return replace(gpu, nvlinks=tuple(links))
+
+
+def _nvlink_since_note(
+    finding: Finding, baseline: dict[str, Any], reading: NvmlReading
+) -> Finding:
+    """Say over what span an NVLink errors row counted."""
+    if finding.item != "NVLink errors" or not finding.device.startswith("GPU "):
+        return finding
+    index = int(finding.device.split()[1])
+    gpu = next((g for g in reading.gpus if g.index == index), None)
+    span = SINCE if gpu is not None and gpu.pci in baseline else "since the driver loaded"
+    return replace(finding, reason=f"{finding.reason} ({span})",
+                   details={**finding.details, "since": span})
 
 
 def _gpu_at(reading: NvmlReading, pci: str) -> nvml_errors.GpuErrors | None:

@@ -16,6 +16,8 @@ in a small JSON file:
   ``workloads health --clear``, which the operator runs after resetting the GPU.
 * ``first_seen``: when each failure still failing was first found (device and item), so a
   drain reason keeps its first time however many runs repeat it.
+* ``nvlink``: each GPU's NVLink error counters as last read, so a run judges what was added
+  since the last one, not everything since the driver loaded.
 * ``replays``: each GPU's PCIe replay count and when it was read, to rate the next
   reading (replays per minute between runs, against NVIDIA's limit).
 
@@ -67,6 +69,7 @@ class State:
     replays: dict[str, int] = field(default_factory=dict)  # bus address -> count
     replays_at: float | None = None
     first_seen: dict[str, float] = field(default_factory=dict)  # "device|item" -> time
+    nvlink: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # bus->link->counts
     runs: int = 0
     last_run: float | None = None
     note: str | None = None  # why an earlier state was not used
@@ -97,6 +100,11 @@ def _parse(text: str) -> State:
         replays={str(k): int(v) for k, v in dict(data.get("replays", {})).items()},
         replays_at=_optional(data.get("replays_at"), float),
         first_seen={str(k): float(v) for k, v in dict(data.get("first_seen", {})).items()},
+        nvlink={
+            str(bus): {str(link): {str(k): int(v) for k, v in dict(counts).items()}
+                       for link, counts in dict(links).items()}
+            for bus, links in dict(data.get("nvlink", {})).items()
+        },
         runs=int(data.get("runs", 0)),
         last_run=_optional(data.get("last_run"), float),
     )
