@@ -230,5 +230,21 @@ class FakeNvmlErrors(FakeNvml):
     def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
         return int(self._fact(handle, "pcie_replays"))
 
+    def nvmlDeviceGetFieldValues(self, handle: int, field_ids: list[Any]) -> list[Any]:
+        """pynvml's call with (field id, scope id) pairs; ``nvlink5`` facts keyed by the
+        field's pynvml name (``NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS``) per link."""
+        names = {int(getattr(_pynvml, n)): n for n in dir(_pynvml) if n.startswith("NVML_FI_")}
+        values = []
+        for field_id, scope in field_ids:
+            try:
+                count = int(self._fact(handle, "nvlink5", str(scope), names[field_id]))
+                ret = _pynvml.NVML_SUCCESS
+            except NVMLError_NotSupported:
+                count, ret = 0, _pynvml.NVML_ERROR_NOT_SUPPORTED
+            values.append(SimpleNamespace(fieldId=field_id, scopeId=scope, nvmlReturn=ret,
+                                          valueType=_pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                                          value=SimpleNamespace(ullVal=count)))
+        return values
+
 
 ERRORS_API = [name for name in vars(FakeNvmlErrors) if name.startswith(("nvml", "NVML"))]

@@ -20,6 +20,7 @@ import pytest
 from tests.workloads import test_health
 from tests.workloads.test_accept_errors import zero_links
 from tests.workloads.test_health import gpus, health, rows
+from workloads.accept.health import nvlink5
 
 node = test_health.node  # the two-GPU node fixture
 LINKS = 18  # an H100 SXM's NVLinks (the stand-in's board)
@@ -135,3 +136,38 @@ def test_nvlink_error_counters_are_judged_as_what_was_added_since_the_last_run(
         [row] = [r for r in rows(record, "NVLink errors") if r["device"] == "GPU 0"]
         assert (row["verdict"], row["details"]["since"], row["value"]) == (verdict, span, added)
         assert row["reason"].endswith(f"({span})")
+
+
+def nvlink5_counts(**per_link: dict[str, int]) -> dict[str, Any]:
+    """NVLink5 facts keyed by pynvml's field names, every counter present (zero unless given)."""
+    links = {}
+    for link in range(LINKS):
+        given = per_link.get(f"link{link}", {})
+        links[str(link)] = {f"NVML_FI_DEV_NVLINK_COUNT_{name}": given.get(name, 0)
+                            for name in nvlink5.COUNTERS}
+    return {"nvlink5": links}
+
+
+def test_nvlink5_counters_are_read_through_nvidias_fields_and_judged_per_run(
+    node: dict[str, Path],
+) -> None:
+    runs = [
+        ({}, "pass", "since the driver loaded"),
+        ({"link5": {"SYMBOL_ERRORS": 900}}, "pass", "since the last run"),  # FEC corrects these
+        ({"link5": {"SYMBOL_ERRORS": 900, "EFFECTIVE_ERRORS": 2}}, "warn", "since the last run"),
+        ({"link5": {"SYMBOL_ERRORS": 900, "EFFECTIVE_ERRORS": 2}}, "pass", "since the last run"),
+        ({"link5": {"SYMBOL_ERRORS": 900, "EFFECTIVE_ERRORS": 2,
+                    "LINK_RECOVERY_FAILED_EVENTS": 1}}, "fail", "since the last run"),
+    ]
+    for per_link, verdict, span in runs:
+        status, record = health(node, gpus(node["tmp"], gpu0=nvlink5_counts(**per_link)))
+        [row] = rows(record, "NVLink5 errors")  # GPU 1 (no NVLink5 fields, as an H100) has none
+        assert (row["device"], row["verdict"], row["details"]["since"]) == ("GPU 0", verdict, span)
+        assert status == (1 if verdict == "fail" else 0)
+    assert "link 5: 1 link recovery failed events" in row["reason"]
+
+
+def test_every_nvlink5_counter_read_is_a_pynvml_field() -> None:
+    assert set(nvlink5.COUNTERS) == {*nvlink5.FAILING, *nvlink5.WARNING, *nvlink5.KEPT}
+    for name in nvlink5.COUNTERS:
+        assert isinstance(getattr(pynvml, f"NVML_FI_DEV_NVLINK_COUNT_{name}"), int)

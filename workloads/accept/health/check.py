@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.accept import errors, verdicts
-from workloads.accept.health import reasons, signals
+from workloads.accept.health import nvlink5, reasons, signals
 from workloads.accept.health.state import OpenFailure, State
 from workloads.accept.verdicts import FAIL, PASS, SKIP, Finding
 from workloads.hardware import aer, kernel_log, nvml_errors, xid
@@ -44,6 +44,7 @@ class NvmlReading:
     serials: dict[int, str] = field(default_factory=dict)  # NVML index -> board serial
     sram_exceeded: dict[int, bool | None] = field(default_factory=dict)  # NVML index -> flag
     signals: list[signals.Signals] = field(default_factory=list)
+    nvlink5: dict[int, nvlink5.Counts] = field(default_factory=dict)  # NVML index -> counters
 
 
 def _read_nvml(nvml: Any, out: NvmlReading) -> None:
@@ -64,6 +65,10 @@ def _read_nvml(nvml: Any, out: NvmlReading) -> None:
                 facts = read_facts(handle, gpu.index)
                 out.memory.append(verdicts.memory_errors(f"GPU {gpu.index}", GpuWatch(facts)))
                 out.signals.append(signals.read(handle, gpu.index))
+                out.nvlink5[gpu.index] = nvlink5.read(
+                    handle, handle.nvmlDeviceGetHandleByIndex(gpu.index), gpu.index,
+                    [link.link for link in gpu.nvlinks],
+                )
         finally:
             handle.nvmlShutdown()
     except Exception as exc:  # an NVML error mid-way is a finding, not a crash
@@ -161,7 +166,7 @@ def run(
     same_boot = state.boot_id is not None and state.boot_id == boot
     if not same_boot:  # a reboot cleared whatever was open, and the log starts afresh
         state.open, state.after_us, state.replays, state.replays_at = [], None, {}, None
-        state.nvlink = {}
+        state.nvlink, state.nvlink5 = {}, {}
     state.boot_id = boot
     after = None if since_boot else state.after_us
 
@@ -182,6 +187,12 @@ def run(
         findings.append(expected_count_finding(expect_gpus, on_bus, reading))
     for signal in reading.signals:
         findings += signals.judge(f"GPU {signal.index}", signal)
+    for gpu in reading.gpus:
+        counts = reading.nvlink5.get(gpu.index)
+        row = nvlink5.judge(f"GPU {gpu.index}", counts, state.nvlink5.get(gpu.pci or "")) \
+            if counts is not None else None
+        if row is not None:
+            findings.append(row)
     findings += [_nvlink_since_note(_architecture(_xid48_sram(f, reading), reading), baseline,
                                     reading) for f in errors.judge(
         readings,
@@ -205,6 +216,10 @@ def run(
             g.pci: {str(link.link): {k: v for k, v in link.counts.items() if v is not None}
                     for link in g.nvlinks}
             for g in reading.gpus if g.pci
+        }
+        state.nvlink5 = {
+            g.pci: nvlink5.as_state(reading.nvlink5[g.index])
+            for g in reading.gpus if g.pci and g.index in reading.nvlink5
         }
     gpus = [reasons.Gpu(g.index, g.pci, reading.serials.get(g.index)) for g in reading.gpus]
     known = {g.pci for g in gpus}

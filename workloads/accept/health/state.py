@@ -70,6 +70,7 @@ class State:
     replays_at: float | None = None
     first_seen: dict[str, float] = field(default_factory=dict)  # "device|item" -> time
     nvlink: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # bus->link->counts
+    nvlink5: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # the same, NVLink5
     runs: int = 0
     last_run: float | None = None
     note: str | None = None  # why an earlier state was not used
@@ -100,14 +101,19 @@ def _parse(text: str) -> State:
         replays={str(k): int(v) for k, v in dict(data.get("replays", {})).items()},
         replays_at=_optional(data.get("replays_at"), float),
         first_seen={str(k): float(v) for k, v in dict(data.get("first_seen", {})).items()},
-        nvlink={
-            str(bus): {str(link): {str(k): int(v) for k, v in dict(counts).items()}
-                       for link, counts in dict(links).items()}
-            for bus, links in dict(data.get("nvlink", {})).items()
-        },
+        nvlink=_per_link(data.get("nvlink", {})),
+        nvlink5=_per_link(data.get("nvlink5", {})),
         runs=int(data.get("runs", 0)),
         last_run=_optional(data.get("last_run"), float),
     )
+
+
+def _per_link(data: Any) -> dict[str, dict[str, dict[str, int]]]:
+    return {
+        str(bus): {str(link): {str(k): int(v) for k, v in dict(counts).items()}
+                   for link, counts in dict(links).items()}
+        for bus, links in dict(data).items()
+    }
 
 
 def _optional(value: Any, kind: type) -> Any:
