@@ -10,6 +10,7 @@ per-GPU facts and the current link a reading. The node is ``tests/workloads/test
 from __future__ import annotations
 
 import functools
+import json
 import operator
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,32 @@ def test_every_nvlink5_counter_read_is_a_pynvml_field() -> None:
     assert set(nvlink5.COUNTERS) == {*nvlink5.FAILING, *nvlink5.WARNING, *nvlink5.KEPT}
     for name in nvlink5.COUNTERS:
         assert isinstance(getattr(pynvml, f"NVML_FI_DEV_NVLINK_COUNT_{name}"), int)
+
+
+def test_the_expected_count_can_come_from_the_nodes_acceptance_record(
+    node: dict[str, Path],
+) -> None:
+    """The real H200 record's shape (/work/shared/reference/gpu-h200/accept.json): devices."""
+    record = node["tmp"] / "accept.json"
+    devices = [{"label": f"GPU {i}", "name": "NVIDIA H100 80GB HBM3", "nvml_index": i}
+               for i in range(4)]
+    record.write_text(json.dumps({"schema": 1, "devices": devices}))
+    status, found = health(node, gpus(node["tmp"]), "--expect-gpus-from", str(record))
+    [row] = rows(found, "GPU count")
+    assert status == 1 and row["verdict"] == "fail" and row["limit"] == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [("{not json", "not JSON"), ('{"devices": 3}', "no devices list"),
+     ('{"devices": [{"label": "CPU", "nvml_index": null}]}', "the record counts no GPU")],
+)
+def test_a_record_that_cannot_give_a_count_is_one_line(
+    tmp_path: Path, text: str, line: str
+) -> None:
+    record = tmp_path / "accept.json"
+    record.write_text(text)
+    done = test_health._cli("--state", str(tmp_path / "s.json"), "--expect-gpus-from", str(record))
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith("workloads health: error: --expect-gpus-from ")
+    assert f"accept.json: {line}; give" in done.stderr

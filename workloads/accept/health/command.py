@@ -47,6 +47,9 @@ examples:
   workloads health --clear                 after resetting a GPU: forget its open XIDs
   workloads health --slurm                 drain or resume this node (HealthCheckProgram)
   workloads health --json                  the findings as JSON
+  workloads health --expect-gpus 8         fail when fewer than 8 GPUs are there
+  workloads health --expect-gpus-from results/accept-gpu01-20261207T1000.json
+                                           the count the node's acceptance record has
 
 in slurm.conf (scripts/slurm/README.md has the details):
   HealthCheckProgram=/etc/slurm/workloads-health-check
@@ -103,6 +106,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--expect-gpus", type=_count, metavar="N",
                         help="the GPUs this node should have: fewer on the bus and in NVML fail "
                         "(a GPU that never enumerates is missing from both)")
+    parser.add_argument("--expect-gpus-from", type=Path, metavar="RECORD",
+                        help="take the expected GPU count from a `workloads accept` record of "
+                        "this node (its GPU devices)")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.set_defaults(func=run)
 
@@ -124,6 +130,31 @@ def _check_inputs(args: argparse.Namespace) -> None:
                             "give the path of a file (it is created)")
 
 
+def expected_from_record(path: Path) -> int:
+    """The GPUs a ``workloads accept`` record of this node counted (its ``devices`` that are
+    GPUs: a label "GPU n" with an NVML index); bad input is one line."""
+    from workloads.bounded import loads_json
+
+    fix = "give the JSON record `workloads accept` wrote for this node (results/accept-*.json)"
+    try:
+        with path.open("rb") as stream:
+            raw = stream.read(64 << 20)
+        record = loads_json(raw.decode("utf-8", "replace"))
+    except OSError as exc:
+        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: {exc.strerror}", fix) from None
+    except ValueError:
+        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: not JSON", fix) from None
+    devices = record.get("devices") if isinstance(record, dict) else None
+    if not isinstance(devices, list):
+        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: no devices list", fix)
+    gpus = [d for d in devices if isinstance(d, dict) and str(d.get("label", "")).startswith(
+        "GPU ") and d.get("nvml_index") is not None]
+    if not gpus:
+        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: the record counts no GPU",
+                            "give a record made on this node's GPUs, or --expect-gpus N")
+    return len(gpus)
+
+
 def _reasons(done: Any) -> list[str]:
     """One drain reason per failure, oldest first (the first is the one a drain names)."""
     from workloads.accept.health import check, reasons, slurm
@@ -141,6 +172,11 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
     from workloads.hardware import aer
 
     _check_inputs(args)
+    if args.expect_gpus_from is not None:
+        if args.expect_gpus is not None:
+            raise WorkloadError("--expect-gpus and --expect-gpus-from both given",
+                                "give one: the count, or the record to take it from")
+        args.expect_gpus = expected_from_record(args.expect_gpus_from)
     node = slurm.node_name(args.node) if args.slurm else None
     if args.slurm:
         slurm.scontrol()  # before reading anything: a missing scontrol is bad input
