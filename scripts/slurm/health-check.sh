@@ -12,7 +12,7 @@
 # script sets PATH, reads its settings from workloads-health.conf beside itself, and gives
 # `workloads health` a deadline inside that (DEADLINE, default 40 s). It never waits on the
 # check itself: the check runs in a process group of its own, writing to a file, and this
-# script polls for its exit status. When none comes by DEADLINE + 3 s the group gets TERM, then
+# script polls for its exit status. When none comes by DEADLINE + 5 s the group gets TERM, then
 # KILL 2 s later, and whatever still does not exit (a process stuck in the kernel on a wedged
 # GPU) is left behind: the node is drained all the same. A check that exits non-zero (with
 # --slurm it exits 0 once the node's state is right) is a crash. Either way the node is drained
@@ -24,7 +24,7 @@
 #
 #   WORKLOADS=/opt/tf-gpu-host/.venv/bin/workloads   # the workloads executable
 #   SLURM_CONF=/etc/slurm/slurm.conf                 # for scontrol, where it is not the default
-#   DEADLINE=40                                      # seconds, 1 to 45
+#   DEADLINE=40                                      # seconds, 1 to 44
 #   HEALTH_ARGS=--state /var/lib/workloads/health-state.json   # more options, split on spaces
 #   LOG=/var/log/workloads-health.log                # also append every run's lines here
 set -u
@@ -63,8 +63,8 @@ if [[ -e $conf ]]; then
       WORKLOADS) workloads=$value ;;
       SLURM_CONF) export SLURM_CONF="$value" ;;
       DEADLINE)
-        if ! [[ $value =~ ^[0-9]{1,3}$ ]] || (( value < 1 || value > 45 )); then
-          die "DEADLINE=$value in $conf: give whole seconds, 1 to 45 (slurmd kills at 60; the drain needs the rest)"
+        if ! [[ $value =~ ^[0-9]{1,3}$ ]] || (( value < 1 || value > 44 )); then
+          die "DEADLINE=$value in $conf: give whole seconds, 1 to 44 (slurmd kills at 60; TERM, KILL and the drain need the rest)"
         fi
         deadline=$value ;;
       HEALTH_ARGS) read -r -a args <<< "$value" ;;
@@ -109,9 +109,9 @@ group_alive() {
 }
 
 problem=
-if ! wait_until $((deadline + 3)); then
+if ! wait_until $((deadline + 5)); then
   kill -TERM -- "-$group" 2>/dev/null
-  if wait_until $((deadline + 5)); then
+  if wait_until $((deadline + 7)); then
     problem="check timed out after $((SECONDS - started)) s (deadline $deadline s)"
   else
     kill -KILL -- "-$group" 2>/dev/null
@@ -151,7 +151,7 @@ reason_of() {  # PREFIX + the grammar's fields, only scontrol-safe characters, c
   printf '%s %s%s' "$PREFIX" "$fault" "$tail"
 }
 
-shown=$(timeout -k 1 5 scontrol show node "$node" 2>&1) || {
+shown=$(timeout -k 1 4 scontrol show node "$node" 2>&1) || {
   say "$problem; and scontrol show node $node failed: ${shown##*$'\n'}"; exit 2; }
 state=$(grep -o 'State=[^[:space:]]*' <<< "$shown" | head -n 1)
 state=${state#State=}
@@ -170,7 +170,7 @@ if [[ +$state+ == *+DRAIN* ]]; then
   exit 1
 fi
 why=$(reason_of "$problem")
-if out=$(timeout -k 1 5 scontrol update "nodename=$node" state=drain "reason=$why" 2>&1); then
+if out=$(timeout -k 1 4 scontrol update "nodename=$node" state=drain "reason=$why" 2>&1); then
   say "$node drained: $why"
   exit 1
 fi
