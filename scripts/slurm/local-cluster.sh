@@ -12,13 +12,18 @@
 # own slurm.conf, state and logs; the daemons talk over 127.0.0.1 on TFHOST_SLURM_PORT and
 # the next port. Needs root and Debian's slurm-wlm and munge. TFHOST_SLURM_HEALTHCHECK, when set,
 # is the node's HealthCheckProgram, run every TFHOST_SLURM_HEALTHCHECK_INTERVAL seconds (default
-# 2) in any node state, as slurm.conf(5) describes.
+# 2) in any node state, as slurm.conf(5) describes. TFHOST_SLURM_REBOOT_PROGRAM, when set, is the
+# RebootProgram (so `scontrol reboot ASAP` can be asked for; give one that does not reboot).
+# TFHOST_SLURM_RETURN_TO_SERVICE is slurm.conf's ReturnToService (default 2: a node set DOWN comes
+# back when slurmd registers; 1 keeps a node an administrator set DOWN down).
 set -euo pipefail
 
 dir=${TFHOST_SLURM_DIR:-/run/tfhost-slurm}
 cpus=${TFHOST_SLURM_CPUS:-4}
 healthcheck=${TFHOST_SLURM_HEALTHCHECK:-}
 healthcheck_interval=${TFHOST_SLURM_HEALTHCHECK_INTERVAL:-2}
+reboot_program=${TFHOST_SLURM_REBOOT_PROGRAM:-}
+return_to_service=${TFHOST_SLURM_RETURN_TO_SERVICE:-2}
 port=${TFHOST_SLURM_PORT:-16817}
 conf="$dir/slurm.conf"
 
@@ -53,7 +58,7 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
-ReturnToService=2
+ReturnToService=$return_to_service
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MinJobAge=600
@@ -61,6 +66,7 @@ KillWait=5
 ${healthcheck:+HealthCheckProgram=$healthcheck
 HealthCheckInterval=$healthcheck_interval
 HealthCheckNodeState=ANY}
+${reboot_program:+RebootProgram=$reboot_program}
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1024 State=UNKNOWN
 PartitionName=local Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF

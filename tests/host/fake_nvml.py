@@ -132,6 +132,14 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, handle: int) -> str:
         return str(self._fact(handle, "uuid"))
 
+    def nvmlDeviceGetSramEccErrorStatus(self, handle: int, status: Any) -> int:
+        """pynvml's call: fills the ``c_nvmlEccSramErrorStatus_v1_t`` passed by reference."""
+        status._obj.bThresholdExceeded = int(bool(self._fact(handle, "sram_threshold_exceeded")))
+        return int(pynvml.NVML_SUCCESS)
+
+    def nvmlDeviceGetSerial(self, handle: int) -> str:
+        return str(self._fact(handle, "serial"))
+
     def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
         device_id = int(str(self._fact(handle, "pci_device_id")), 16)
         bus = self.gpus[handle].get("bus") or f"0000:{handle:02x}:00.0"
@@ -254,6 +262,22 @@ class FakeNvmlErrors(FakeNvml):
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
         return int(self._fact(handle, "pcie_replays"))
+
+    def nvmlDeviceGetFieldValues(self, handle: int, field_ids: list[Any]) -> list[Any]:
+        """pynvml's call with (field id, scope id) pairs; ``nvlink5`` facts keyed by the
+        field's pynvml name (``NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS``) per link."""
+        names = {int(getattr(_pynvml, n)): n for n in dir(_pynvml) if n.startswith("NVML_FI_")}
+        values = []
+        for field_id, scope in field_ids:
+            try:
+                count = int(self._fact(handle, "nvlink5", str(scope), names[field_id]))
+                ret = _pynvml.NVML_SUCCESS
+            except NVMLError_NotSupported:
+                count, ret = 0, _pynvml.NVML_ERROR_NOT_SUPPORTED
+            values.append(SimpleNamespace(fieldId=field_id, scopeId=scope, nvmlReturn=ret,
+                                          valueType=_pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                                          value=SimpleNamespace(ullVal=count)))
+        return values
 
 
 ERRORS_API = [name for name in vars(FakeNvmlErrors) if name.startswith(("nvml", "NVML"))]

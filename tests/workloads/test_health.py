@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -119,6 +120,86 @@ def test_a_reboot_clears_open_failures_and_starts_the_log_afresh(node: dict[str,
     assert json.loads(node["state"].read_text())["boot_id"].endswith("0002")
 
 
+def test_a_drain_reason_names_the_gpu_and_stays_the_same_while_the_fault_is_open(
+    node: dict[str, Path],
+) -> None:
+    """Index, bus id and serial from NVML; the first run's time; the same text run after run."""
+    from workloads.accept.health import check
+
+    nvml = gpus(node["tmp"], gpu0={"serial": "1654922006536"}, gpu1={"serial": "1654922006537"})
+    append(node, klog.xid_line(900.5, GPU1[:-2], 79))
+
+    def reasons_now() -> list[str]:
+        kept = health_state.load(node["state"]) if node["state"].exists() else health_state.State()
+        done = check.run(kept, kernel_log_path=node["log"], sysfs=node["sysfs"], deadline_s=20,
+                         nvml=nvml)
+        node["state"].parent.mkdir(exist_ok=True)
+        health_state.save(node["state"], done.state)
+        return command._reasons(done)
+
+    first = reasons_now()
+    assert len(first) == 1
+    assert re.fullmatch(r"workloads-health: XID 79 GPU has fallen off the bus; gpu 1 "
+                        r"0000:86:00.0 sn 1654922006537; reboot the node; since "
+                        r"\d{4}-\d\d-\d\dT\d\d:\d\dZ", first[0]), first[0]
+    for _ in range(3):  # later runs: the XID is not read again, its failure stays open
+        assert reasons_now() == first
+
+
+NETIR_FATAL = "NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000)"
+RLW_FATAL = "RLW_REMAP Fatal XC1 i0 Link 12 (0x040988e2 0x00000008 0x00000000 0x00000000)"
+NETIR_NONFATAL = "NETIR Non-fatal XC0 i0 Link 3 (0x000fe406 0x00000000 0x00000000 0x00000000)"
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "verdict"),
+    [(149, NETIR_FATAL, "fail"), (145, RLW_FATAL, "fail"), (167, None, "fail"),
+     (149, NETIR_NONFATAL, "warn")],
+)
+def test_blackwell_link_xids_fail_when_fatal_and_only_then(
+    node: dict[str, Path], code: int, text: str | None, verdict: str
+) -> None:
+    append(node, klog.xid_line(700.25, GPU0[:-2], code, text))
+    status, record = health(node, gpus(node["tmp"]))
+    [row] = rows(record, f"XID {code}")
+    assert row["verdict"] == verdict and status == (1 if verdict == "fail" else 0)
+    if verdict == "fail":
+        assert row["details"]["action"].startswith("reset the GPU")
+
+
+def test_an_xid_nvidia_does_not_list_for_this_gpu_says_so(node: dict[str, Path]) -> None:
+    """The stand-in's GPUs are H100s: NVIDIA lists XID 149 for B100/GB200 only, 74 for H100."""
+    append(node, klog.xid_line(720.5, GPU0[:-2], 149, NETIR_FATAL),
+           klog.xid_line(720.6, GPU1[:-2], 74, "NVLink: fatal error detected on link 3"))
+    _, record = health(node, gpus(node["tmp"]))
+    [xid149] = rows(record, "XID 149")
+    [xid74] = rows(record, "XID 74")
+    assert xid149["details"]["applies"] == {"column": "H100", "yes": False}
+    assert "does not list XID 149 for H100-class GPUs" in xid149["reason"]
+    assert xid149["verdict"] == "fail"  # still judged: the catalogue's column is not a filter
+    assert xid74["details"]["applies"] == {"column": "H100", "yes": True}
+    assert "does not list" not in xid74["reason"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "action"),
+    [(True, "SRAM error threshold exceeded: run field diagnostics (RMA if they fail)"),
+     (False, "drain and reset the GPU; run field diagnostics (RMA if they fail)"),
+     (None, "drain and reset the GPU; run field diagnostics (RMA if they fail); SRAM threshold "
+      "flag not readable (nvidia-smi -q: sram_threshold_exceeded)")],
+)
+def test_xid_48_reads_the_sram_threshold_flag(
+    node: dict[str, Path], flag: bool | None, action: str
+) -> None:
+    """NVIDIA's WORKFLOW_XID_48: for SRAM, the threshold flag set means field diagnostics."""
+    append(node, klog.xid_line(800.5, GPU1[:-2], 48))
+    status, record = health(node, gpus(node["tmp"], gpu1={"sram_threshold_exceeded": flag}))
+    [row] = rows(record, "XID 48")
+    assert status == 1 and row["verdict"] == "fail"
+    assert row["details"]["action"] == action and action in row["reason"]
+    assert row["details"]["sram_threshold_exceeded"] is flag
+
+
 def test_since_boot_judges_everything_and_keeps_the_state(node: dict[str, Path]) -> None:
     append(node, klog.xid_line(300.5, "0000:86:00", 13, "x"))
     health(node, gpus(node["tmp"]))
@@ -196,12 +277,21 @@ def test_pcie_replays_are_rated_between_runs(node: dict[str, Path]) -> None:
     assert replays["GPU 1"]["verdict"] == "pass"
 
 
-def test_an_unreadable_state_is_set_aside_and_the_run_starts_afresh(node: dict[str, Path]) -> None:
+@pytest.mark.parametrize("garbage", ["{not json", '{"version": 1, "open": [{"device": 3}]}',
+                                     "\x00" * 64, '{"version": 99}', "[]"])
+def test_an_unreadable_state_fails_until_cleared(node: dict[str, Path], garbage: str) -> None:
+    """The failures an unreadable state held open are unknown: the node must not pass."""
     node["state"].parent.mkdir()
-    node["state"].write_text("{not json")
+    node["state"].write_text(garbage)
     code, record = health(node, gpus(node["tmp"]))
-    assert code == 0 and "could not be read" in record["note"]
+    assert code == 1 and "could not be read" in record["note"]
     assert (node["state"].parent / "health-state.json.unreadable").exists()
+    [lost] = rows(record, "state")
+    assert lost["verdict"] == "fail" and "held open are unknown" in lost["reason"]
+    code, record = health(node, gpus(node["tmp"]))  # the next run: still failing
+    assert code == 1 and "still open" in rows(record, "state")[0]["reason"]
+    code, record = health(node, gpus(node["tmp"]), "--clear")
+    assert code == 0 and record["cleared"][0]["item"] == "state"
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -297,13 +387,37 @@ def test_help_reads_like_documentation() -> None:
         assert words in done.stdout
 
 
-@settings(max_examples=100)
-@given(st.text(max_size=400))
-def test_a_drain_reason_is_safe_for_scontrol_whatever_the_finding_says(text: str) -> None:
-    why = slurm.reason(text)
-    assert why.startswith(slurm.PREFIX) and len(why) <= slurm.MAX_REASON
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    assert set(why) <= set(letters + letters.upper() + "0123456789 .,:()/#+_-")
+SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;()/#+_-")
+WORDY = st.text(st.characters(codec="utf-8"), max_size=300) | st.lists(
+    st.sampled_from(["GPU", "has", "fallen", "off", "the", "bus", "reset", "(nvidia-smi", "-r)",
+                     "reboot", "NETIR", "Fatal", "XC0", "i0", "Link", "-1", "0x000fe406"]),
+    max_size=60).map(" ".join)
+
+
+@settings(max_examples=300)
+@given(
+    code=st.sampled_from(["XID 79", "XID 149", "SXid 12028", "GPUs", "state", "memory"]),
+    meaning=WORDY,
+    where=st.sampled_from(["host", "gpu 7 0000:3b:00.0 sn 1654922006536",
+                           "gpu - 0000:86:00 sn -", "nvswitch 3 0000:c1:00.0"]),
+    action=WORDY,
+    since=st.floats(0, 4102444800),
+    more=st.integers(0, 200),
+)
+def test_a_drain_reason_keeps_its_fields_and_whole_words(
+    code: str, meaning: str, where: str, action: str, since: float, more: int
+) -> None:
+    """Whatever a finding says: safe for scontrol, within the limit, no word cut, every field."""
+    why = slurm.reason(slurm.Cause(f"{code} {meaning}", where, action, since), more)
+    assert why.startswith(slurm.PREFIX + " " + code) and len(why) <= slurm.MAX_REASON
+    assert set(why) <= SAFE
+    fault, place, todo, when, *rest = why.removeprefix(slurm.PREFIX + " ").split("; ")
+    assert place == where and when == f"since {slurm.stamp(since)}"
+    assert rest == ([f"+{more} more"] if more else [])
+    for field_text, given_text in ((fault, f"{code} {meaning}"), (todo, action)):
+        clean = slurm._clean(given_text).split(" ")
+        words = field_text.removesuffix("...").split(" ") if field_text else []
+        assert words == clean[: len(words)], (field_text, given_text)  # whole words, in order
 
 
 def test_the_state_lock_makes_a_second_run_wait(node: dict[str, Path]) -> None:

@@ -21,7 +21,12 @@ from workloads.bounded import loads_json
 DCGM_OUTPUT_MAX = 16 << 20  # dcgmi diag -j: tens of kB for eight GPUs at level 4
 
 TIMEOUT_S = {1: 300, 2: 900, 3: 3600, 4: 10800}
-STATUS = {"pass": PASS, "fail": FAIL, "warn": WARN, "warning": WARN}
+STATUS = {"pass": PASS, "fail": FAIL, "warn": WARN, "warning": WARN, "skip": SKIP,
+          "skipped": SKIP, "not run": SKIP}
+# From this level on the diagnostic is the stress tests (targeted stress, power, memory
+# bandwidth, ...: DCGM's documentation); a test skipped there, or no DCGM at all, leaves the
+# run without what it was asked for, so it is a warn, never a quiet pass.
+DEEP_LEVEL = 3
 
 
 def run_diag(level: int, dcgmi: str | None = None) -> list[Finding]:
@@ -29,6 +34,11 @@ def run_diag(level: int, dcgmi: str | None = None) -> list[Finding]:
     command = dcgmi or shutil.which("dcgmi")
     item = f"diag level {level}"
     if command is None:
+        if level >= DEEP_LEVEL:
+            return [Finding("dcgm", "host", item, WARN, f"ran without DCGM (no dcgmi on PATH): "
+                            f"the level {level} diagnostics (stress tests) were not run, so "
+                            "this is not a pass of DCGM; install datacenter-gpu-manager and run "
+                            "again")]
         return [
             Finding(
                 "dcgm",
@@ -82,24 +92,32 @@ def judge(document: Any, level: int) -> list[Finding]:
     """Findings from a ``dcgmi diag -j`` document: the failed and warned tests, or one pass."""
     item = f"diag level {level}"
     bad: list[Finding] = []
+    skipped: list[Finding] = []
     passed = 0
     for test, status, gpu, info in _entries(document):
         verdict = STATUS.get(status.lower())
+        device = f"GPU {gpu}" if gpu not in (None, "") else "host"
         if verdict == PASS:
             passed += 1
         elif verdict in (FAIL, WARN):
-            device = f"GPU {gpu}" if gpu not in (None, "") else "host"
             text = f"{test}: {status}" + (f" ({info})" if info else "")
             bad.append(Finding("dcgm", device, item, verdict, text[:300]))
-    if bad:
-        return bad
-    if not passed:
+        elif verdict == SKIP:
+            text = (f"{test}: skipped by DCGM at level {level}" + (f" ({info})" if info else "")
+                    + ": not run, so not passed")
+            skipped.append(Finding("dcgm", device, item, WARN if level >= DEEP_LEVEL else SKIP,
+                                   text[:300]))
+    rows = bad + skipped
+    if passed and not bad:
+        also = f"; {len(skipped)} skipped (named above)" if skipped else ""
+        rows.append(Finding("dcgm", "host", item, PASS, f"{passed} test results passed{also}"))
+    if not rows:
         return [
             Finding(
                 "dcgm", "host", item, WARN, "dcgmi diag returned no test results; run it by hand"
             )
         ]
-    return [Finding("dcgm", "host", item, PASS, f"{passed} test results passed")]
+    return rows
 
 
 def _entries(node: Any, test: str = "") -> Iterator[tuple[str, str, Any, str]]:

@@ -167,6 +167,8 @@ def event_findings(
             entry = catalogue.xids.get(event.code)
             what = f"{entry.description} ({entry.mnemonic})" if entry else "unknown code"
             meaning = entry.description if entry else "not in the catalogue"
+            if event.fatal is not None:  # NVLink5 (144-150): the message's own severity
+                meaning += ", Fatal" if event.fatal else ", Non-fatal"
             device = labels.get(device_key(event.pci), f"PCI {event.pci}")
             bucket = entry.immediate if entry else None
             source = "xid-catalog"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from workloads.hardware.copy_engine import PeerCopy
@@ -102,6 +102,11 @@ class SoakRun:
     checksums: dict[str, list[int]]  # device label -> checksum of each iteration's product
     seconds: float
     size: int
+    # The golden answer (workloads.accept.golden): each iteration's case and the checksum of
+    # its exact product, worked out on the host; empty from a soak without one.
+    cases: list[str] = field(default_factory=list)
+    expected: list[int] = field(default_factory=list)
+    touched_bytes: int = 0  # the largest case's A, B and C: the memory one product touches
 
 
 def matmul_rate(

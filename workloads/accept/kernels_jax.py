@@ -158,42 +158,56 @@ class JaxKernels:
         return median_copy(rates, None, verified)
 
     def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
-        """The same seeded ``size``² float32 matmul on every device, again and again.
+        """Integer-valued matmuls with a golden answer (``golden``) on every device, cycled.
 
-        Each product's checksum is the wrap-around sum of its bits as uint32 (and of those
-        bits times their position), exact and independent of the reduction's order, so
-        two equal products always give equal checksums. Work is dispatched to every
-        device before any result is read, so all of them run at once.
+        Each product is exact in its dtype; it is converted to int32 (exact), viewed as
+        uint32 and reduced to Freivalds' two sums in wrapping uint32 (modulo 2^32, as the
+        host's golden checksum). Work goes to every device before any result is read.
         """
         import time
 
         import jax.numpy as jnp
         import numpy as np
 
+        from workloads.accept import golden
+
         jax = self.jax
-        rng = np.random.default_rng(0)
-        a_host = rng.standard_normal((size, size), dtype=np.float32)
-        b_host = rng.standard_normal((size, size), dtype=np.float32)
+        plan = golden.cases(size)
 
         @jax.jit
-        def step(a: Any, b: Any) -> Any:
-            bits = jax.lax.bitcast_convert_type(a @ b, jnp.uint32).ravel()
-            where = jnp.arange(bits.size, dtype=jnp.uint32)
-            return jnp.stack([bits.sum(dtype=jnp.uint32), (bits * where).sum(dtype=jnp.uint32)])
+        def step(a: Any, b: Any, u: Any, v: Any) -> Any:
+            c = (a @ b).astype(jnp.float32).astype(jnp.int32).astype(jnp.uint32)
+            rows = (c * v[None, :]).sum(axis=1, dtype=jnp.uint32)
+            return jnp.stack([c.sum(dtype=jnp.uint32), (rows * u).sum(dtype=jnp.uint32)])
 
-        operands = [
-            (jax.device_put(a_host, d.handle), jax.device_put(b_host, d.handle)) for d in devices
-        ]
+        operands = []
+        for case in plan:
+            a_host, b_host = golden.operands(case)
+            dtype = jnp.bfloat16 if case.dtype == "bfloat16" else jnp.float32
+            u = golden.weights(case.m, 251).astype(np.uint32)
+            v = golden.weights(case.n, 241).astype(np.uint32)
+            operands.append([
+                tuple(jax.device_put(x, d.handle) for x in (
+                    jnp.asarray(a_host, dtype=dtype), jnp.asarray(b_host, dtype=dtype), u, v))
+                for d in devices
+            ])
+        want = [golden.expected(case) for case in plan]
         checksums: dict[str, list[int]] = {d.label: [] for d in devices}
+        cases: list[str] = []
+        expected: list[int] = []
         start = time.perf_counter()
         while True:
-            pending = [step(a, b) for a, b in operands]
+            turn = len(cases) % len(plan)
+            pending = [step(*args) for args in operands[turn]]
             for device, result in zip(devices, pending, strict=True):
-                low, high = (int(v) for v in np.asarray(result))
-                checksums[device.label].append(high << 32 | low)
+                s0, s1 = (int(x) for x in np.asarray(result))
+                checksums[device.label].append(s1 << 32 | s0)
+            cases.append(plan[turn].name)
+            expected.append(want[turn])
             elapsed = time.perf_counter() - start
-            if elapsed >= seconds:
-                return SoakRun(checksums, elapsed, size)
+            if elapsed >= seconds and len(cases) >= len(plan):
+                return SoakRun(checksums, elapsed, size, cases, expected,
+                               max(case.nbytes for case in plan))
 
 
 def _capability(device: Any) -> tuple[int, int] | None:

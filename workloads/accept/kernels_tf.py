@@ -125,44 +125,58 @@ class TensorFlowKernels:
         return median_copy(rates, None, total == count)
 
     def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
-        """The same seeded ``size``² float32 matmul on every device, again and again.
+        """Integer-valued matmuls with a golden answer (``golden``) on every device, cycled.
 
-        Each product's checksum is the sum of its bits read as int32, summed in int64
-        (exact, so independent of the reduction's order), and of those bits times their
-        position; every device's step is dispatched before any result is read.
+        Each iteration is one case (shape and dtype) on every device at once; its product is
+        exact in that dtype, cast to int64 (exact) and reduced to Freivalds' two sums, in
+        int64 (no overflow: see ``golden``), then taken modulo 2^32 on the host.
         """
         import time
 
-        import numpy as np
+        from workloads.accept import golden
 
         tf = self.tf
-        rng = np.random.default_rng(0)
-        a_host = rng.standard_normal((size, size), dtype=np.float32)
-        b_host = rng.standard_normal((size, size), dtype=np.float32)
+        plan = golden.cases(size)
 
-        @tf.function(jit_compile=False)
-        def step(a: Any, b: Any) -> Any:
-            bits = tf.cast(tf.reshape(tf.bitcast(tf.matmul(a, b), tf.int32), [-1]), tf.int64)
-            where = tf.range(tf.size(bits, out_type=tf.int64), dtype=tf.int64)
-            return tf.stack([tf.reduce_sum(bits), tf.reduce_sum(bits * where)])
+        def sums(product: Any, u: Any, v: Any) -> Any:
+            c = tf.cast(tf.cast(product, tf.float32), tf.int64)
+            rows = tf.reduce_sum(c * v[None, :], axis=1)
+            return tf.stack([tf.reduce_sum(c), tf.reduce_sum(rows * u)])
 
+        step = tf.function(lambda a, b, u, v: sums(tf.matmul(a, b), u, v), jit_compile=False)
         operands = []
-        for device in devices:
-            with tf.device(device.handle):
-                operands.append((tf.identity(a_host), tf.identity(b_host)))
+        for case in plan:
+            a_host, b_host = golden.operands(case)
+            dtype = tf.bfloat16 if case.dtype == "bfloat16" else tf.float32
+            per_device = []
+            for device in devices:
+                with tf.device(device.handle):
+                    per_device.append((
+                        tf.cast(tf.constant(a_host), dtype), tf.cast(tf.constant(b_host), dtype),
+                        tf.constant(golden.weights(case.m, 251)),
+                        tf.constant(golden.weights(case.n, 241)),
+                    ))
+            operands.append(per_device)
+        want = [golden.expected(case) for case in plan]
         checksums: dict[str, list[int]] = {d.label: [] for d in devices}
+        cases: list[str] = []
+        expected: list[int] = []
         start = time.perf_counter()
         while True:
+            turn = len(cases) % len(plan)
             pending = []
-            for device, (a, b) in zip(devices, operands, strict=True):
+            for device, args in zip(devices, operands[turn], strict=True):
                 with tf.device(device.handle):
-                    pending.append(step(a, b))
+                    pending.append(step(*args))
             for device, result in zip(devices, pending, strict=True):
-                low, high = (int(v) & (2**64 - 1) for v in result.numpy())
-                checksums[device.label].append(high << 64 | low)
+                s0, s1 = (int(x) % golden.MOD for x in result.numpy())
+                checksums[device.label].append(s1 << 32 | s0)
+            cases.append(plan[turn].name)
+            expected.append(want[turn])
             elapsed = time.perf_counter() - start
-            if elapsed >= seconds:
-                return SoakRun(checksums, elapsed, size)
+            if elapsed >= seconds and len(cases) >= len(plan):
+                return SoakRun(checksums, elapsed, size, cases, expected,
+                               max(case.nbytes for case in plan))
 
     def _pageable_rate(self, device: Device, nbytes: int, repeats: int, to_device: bool) -> float:
         import numpy as np

@@ -1,4 +1,9 @@
-"""The soak: every GPU computes the same matmul for minutes, and every product is checked.
+"""The soak: every GPU computes matmuls with a known answer for minutes; every product is checked.
+
+The kernels' soak (``golden``) multiplies integer-valued matrices whose product is exact in
+float32 and bfloat16, over several shapes, and each product's checksum is compared with the
+exact one worked out on the host: a one-GPU host, or GPUs all wrong the same way, fail too.
+A soak without a golden answer (``SoakRun.expected`` empty) is judged as below.
 
 Speed checks pass a GPU that computes wrong answers fast. Here each device multiplies the
 same two seeded matrices again and again for ``--soak SECONDS`` (Imbue's stress test runs
@@ -60,8 +65,48 @@ def check_soak(
     return findings
 
 
+def golden_results(run: SoakRun) -> list[Finding]:
+    """Each device's products against the exact answer worked out on the host (``golden``).
+
+    This needs no second GPU and no agreement: a one-GPU host that computes wrong fails, and
+    so do GPUs that are all wrong the same way.
+    """
+    findings = []
+    kinds = sorted(set(run.cases))
+    touched = run.touched_bytes / (1 << 30)
+    for label, sums in run.checksums.items():
+        details = {"iterations": len(sums), "cases": kinds, "touched_gib": round(touched, 3)}
+        if not sums:
+            findings.append(Finding("soak", label, "results", FAIL, f"no product finished in "
+                                    f"{run.seconds:,.0f} s: the device did not compute; reset "
+                                    "it and run again", details=details))
+            continue
+        wrong = [i for i, (got, want) in enumerate(zip(sums, run.expected, strict=False))
+                 if got != want]
+        details["mismatches"] = len(wrong)
+        if wrong:
+            first = wrong[0]
+            findings.append(Finding(
+                "soak", label, "results", FAIL, f"wrong answers: {len(wrong)} of {len(sums)} "
+                f"products differ from the exact product (first: iteration {first + 1}, "
+                f"{run.cases[first]}); integer inputs make every product exact, so this is "
+                "silent data corruption: drain the node, reset the GPU, replace it (RMA) if it "
+                "repeats", details=details))
+            continue
+        findings.append(Finding(
+            "soak", label, "results", PASS, f"{len(sums)} products in {run.seconds:,.0f} s "
+            f"({', '.join(kinds)}), every one equal to the exact answer; each touches "
+            f"{touched:,.2f} GiB of device memory", details=details))
+    return findings
+
+
 def results(run: SoakRun, groups: dict[str, str]) -> list[Finding]:
-    """Each device's products against its own first and against its siblings'."""
+    """Each device's products against its own first and against its siblings'.
+
+    With a golden answer (``run.expected``) the products are judged against it instead.
+    """
+    if run.expected:
+        return golden_results(run)
     findings = []
     sibling_verdicts = _against_siblings(run, groups)
     for label, sums in run.checksums.items():

@@ -19,6 +19,7 @@ nothing; the figures that count are those seen while the checks load the GPU.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import re
 import threading
 import time
@@ -327,3 +328,23 @@ def other_processes(nvml: Any, own_pid: int) -> int | None:
         else:
             others += max(0, len(pids) - 1)
     return others
+
+
+def sram_threshold_exceeded(nvml: Any, handle: Any) -> bool | None:
+    """NVML's SRAM error threshold flag (what ``nvidia-smi`` shows as sram_threshold_exceeded).
+
+    NVIDIA's XID 48 workflow: for an SRAM (not framebuffer) uncorrectable error, "check SRAM
+    Error Threshold flag; if set RUN_FIELDDIAG". Read with ``nvmlDeviceGetSramEccErrorStatus``
+    into pynvml's ``c_nvmlEccSramErrorStatus_v1_t`` (version ``nvmlEccSramErrorStatus_v1``);
+    None where the GPU or the driver does not answer it.
+    """
+    status_type = getattr(pynvml, "c_nvmlEccSramErrorStatus_v1_t", None)
+    if status_type is None:
+        return None
+    status = status_type()
+    status.version = pynvml.nvmlEccSramErrorStatus_v1
+    try:
+        nvml.nvmlDeviceGetSramEccErrorStatus(handle, ctypes.byref(status))
+    except Exception:  # NotSupported (before Hopper), FunctionNotFound (older drivers)
+        return None
+    return bool(status.bThresholdExceeded)

@@ -32,7 +32,7 @@ and returns None for anything that is not an event. The catalogue is ``xid.yaml`
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -52,6 +52,11 @@ _SXID = re.compile(
     r" ?(?P<code>\d{1,6}), (?P<severity>Fatal|Non-[Ff]atal)\b,? ?(?P<text>.*)"
 )
 _XID154 = re.compile(r"to 0x[0-9A-Fa-f]{1,8} \((?P<action>[^()]{1,60})\)")
+NVLINK5_CODES = range(144, 151)
+# NVLink5 XIDs 144-150: "<unit> <Fatal|Nonfatal|Non-fatal> ..." right after the code.
+_NVLINK5_SEVERITY = re.compile(
+    r"^[A-Za-z0-9_]{1,40} (?P<severity>Fatal|Non-?fatal)\b", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class Event:
     pci: str  # the bus address as the driver printed it, lower case
     text: str  # the rest of the line after the code (cut to 200 characters)
     timestamp_us: int | None  # kernel time since boot, None when the line has none
-    fatal: bool | None = None  # SXid only: the driver's own Fatal / Non-fatal
+    fatal: bool | None = None  # SXid, NVLink5 XID (144-150): the driver's Fatal / Non-fatal
     switch: int | None = None  # SXid only: nvidia-nvswitchN
 
 
@@ -87,12 +92,17 @@ def parse_line(line: str) -> Event | None:
         return None
     xid = _XID.search(line)
     if xid is not None:
+        text = xid["text"][:200].strip()
+        code = int(xid["code"])
+        severity = _NVLINK5_SEVERITY.match(text) if code in NVLINK5_CODES else None
         return Event(
             "XID",
-            int(xid["code"]),
+            code,
             xid["bdf"].lower(),
-            xid["text"][:200].strip(),
+            text,
             timestamp_us(line),
+            # NVLink5's own Fatal / Nonfatal, so the two are counted (and judged) apart
+            fatal=None if severity is None else severity["severity"].lower() == "fatal",
         )
     sxid = _SXID.search(line)
     if sxid is not None:
@@ -112,6 +122,13 @@ def recovery_action(event: Event) -> str | None:
     """XID 154's recovery action (``Node Reboot Required`` ...) from its message."""
     match = _XID154.search(event.text)
     return match["action"].strip() if match else None
+
+
+def nvlink5_severity(event: Event) -> str | None:
+    """``fatal`` or ``non-fatal`` from an NVLink5 XID's message (144-150), or None."""
+    if event.kind != "XID" or event.code not in NVLINK5_CODES or event.fatal is None:
+        return None
+    return "fatal" if event.fatal else "non-fatal"
 
 
 # --- the catalogue -----------------------------------------------------------------------
@@ -146,6 +163,17 @@ class Catalogue:
     xid154: dict[str, Guidance]
     sxid_fatal: Guidance
     sxid_non_fatal: Guidance
+    nvlink5: dict[str, Guidance] = field(default_factory=dict)  # "fatal" / "non-fatal"
+    siblings: dict[int, tuple[int, str]] = field(default_factory=dict)  # code -> (sibling, why)
+    applies: dict[int, dict[str, bool]] = field(default_factory=dict)  # code -> column -> YES
+
+    def applies_to(self, code: int, gpu_name: str) -> tuple[str, bool] | None:
+        """(column, YES?) of NVIDIA's "Applies to" columns for a GPU by its NVML name, or None."""
+        column = architecture_column(gpu_name)
+        row = self.applies.get(code)
+        if column is None or row is None or column not in row:
+            return None
+        return column, row[column]
 
     def cite(self, key: str) -> str:
         doc = self.documents[key]
@@ -168,7 +196,11 @@ class Catalogue:
                 f"({self.documents['xid-catalog']['date']})",
             )
         if entry.immediate is None:
-            return Guidance(WARN, "see NVIDIA's note", entry.trigger or "no resolution bucket")
+            return self._no_bucket(event, entry, others)
+        if entry.immediate == "WORKFLOW_NVLINK5_ERR":
+            severity = nvlink5_severity(event)
+            if severity in self.nvlink5:
+                return self.nvlink5[severity]
         if entry.immediate == "XID_154":
             action = recovery_action(event)
             if action in self.xid154:
@@ -178,6 +210,37 @@ class Catalogue:
             ignore = self.buckets["IGNORE"]
             return Guidance(INFO, "follow the other XIDs", ignore.nvidia)
         return self.buckets[entry.immediate]
+
+    def _no_bucket(self, event: Event, entry: Entry, others: frozenset[int]) -> Guidance:
+        """A code NVIDIA gives no bucket: its documented sibling's, or a warn that says so."""
+        if entry.code in self.siblings:
+            code, why = self.siblings[entry.code]
+            sibling = self.guidance(Event("XID", code, event.pci, event.text, event.timestamp_us),
+                                    others)
+            return Guidance(sibling.verdict, f"{sibling.action} (as XID {code})",
+                            f"no resolution bucket in the catalogue; sibling: {why}. "
+                            f"{sibling.nvidia}")
+        note = f" NVIDIA's note: {entry.trigger}" if entry.trigger else ""
+        return Guidance(WARN, "NVIDIA gives no action for this XID; look at it",
+                        f"no resolution bucket in the catalogue for XID {entry.code}.{note}")
+
+
+# NVML's product name -> the catalogue's "Applies to" column: the column names one GPU of each
+# architecture (A100: Ampere, H100: Hopper, B100: Blackwell, GB200: Grace Blackwell); ours.
+_COLUMNS = (
+    (re.compile(r"\bGB\d{3}"), "GB200"),
+    (re.compile(r"\bB\d{3}\b"), "B100"),
+    (re.compile(r"\b(H\d{3}|GH\d{3})\b"), "H100"),
+    (re.compile(r"\bA\d{3}\b"), "A100"),
+)
+
+
+def architecture_column(gpu_name: str) -> str | None:
+    """The catalogue column for ``NVIDIA H200`` (H100), ``NVIDIA GB200`` (GB200) ...; else None."""
+    for pattern, column in _COLUMNS:
+        if pattern.search(gpu_name):
+            return column
+    return None
 
 
 def parse_catalogue(data: dict[str, Any]) -> Catalogue:
@@ -203,6 +266,17 @@ def parse_catalogue(data: dict[str, Any]) -> Catalogue:
         if entry.immediate is not None and entry.immediate not in buckets:
             raise ValueError(f"XID {entry.code}: no guidance for bucket {entry.immediate}")
         xids[entry.code] = entry
+    for code, sibling in data.get("siblings", {}).items():
+        target = xids.get(int(sibling["sibling"]))
+        if int(code) not in xids or target is None or target.immediate is None:
+            raise ValueError(f"XID {code}: sibling {sibling['sibling']} has no bucket to follow")
+    columns = [str(c) for c in data.get("applies", {}).get("columns", [])]
+    applies: dict[int, dict[str, bool]] = {}
+    for code, flags in data.get("applies", {}).get("rows", {}).items():
+        words = str(flags).split()
+        if len(words) != len(columns) or set(words) - {"YES", "NO"}:
+            raise ValueError(f"XID {code}: applies row {flags!r} is not {len(columns)} YES/NO")
+        applies[int(code)] = {c: w == "YES" for c, w in zip(columns, words, strict=True)}
     return Catalogue(
         documents={
             str(k): {str(a): str(b) for a, b in v.items()} for k, v in data["documents"].items()
@@ -212,6 +286,11 @@ def parse_catalogue(data: dict[str, Any]) -> Catalogue:
         xid154={str(k): guidance(v) for k, v in data["xid154_actions"].items()},
         sxid_fatal=guidance(data["sxid"]["fatal"]),
         sxid_non_fatal=guidance(data["sxid"]["non-fatal"]),
+        nvlink5={str(k): guidance(v) for k, v in data.get("nvlink5_decode", {}).items()},
+        siblings={
+            int(k): (int(v["sibling"]), str(v["why"])) for k, v in data.get("siblings", {}).items()
+        },
+        applies=applies,
     )
 
 

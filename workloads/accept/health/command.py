@@ -10,15 +10,20 @@ file (and, with --slurm, the node's state in SLURM):
   kernel log   XID and SXid events since the last run (journalctl -k -b, else dmesg),
                each with NVIDIA's meaning and action; one that needs a reset or a
                reboot stays failed until a reboot or --clear
+  signals      inactive NVLinks, HW thermal / power-brake slowdown (NVML's clock event
+               reasons), a PCIe link narrower than the GPU can train (all fail), the
+               GPU count against --expect-gpus
   links        NVLink replay/recovery/CRC counters (warn at 5: Imbue), PCIe replays
                per minute since the last run (warn above 8: NVIDIA/DCGM), PCIe AER
                counters of each GPU and the port above it (fatal fails)
 
 Verdicts as in `workloads accept`. Exit 0 when nothing fails, 1 when something fails,
-2 on bad input. With --slurm the node is drained when something fails, with the first
-failure as its reason ("workloads-health: ..."), and resumed when a run passes, only
-if this check drained it (a node an administrator drained stays drained); the exit is
-then 0 once the node's state is right, 2 if scontrol could not be reached. The
+2 on bad input. With --slurm the node is drained when something fails, with the oldest
+failure as its reason ("workloads-health: FAULT; WHERE; ACTION; since TIME", the grammar in
+scripts/slurm/README.md, kept while the fault stays open), and resumed when a run passes,
+only if this check drained it (a node an administrator drained, a DOWN node and one waiting
+for a reboot are left alone); the exit is then 0 once the node's state is right, 2 if
+scontrol could not be reached. The
 run ends within --deadline seconds (slurmd kills a HealthCheckProgram after 60).
 
 State (--state, default /var/lib/workloads/health-state.json, root's, mode 0600): the
@@ -42,6 +47,9 @@ examples:
   workloads health --clear                 after resetting a GPU: forget its open XIDs
   workloads health --slurm                 drain or resume this node (HealthCheckProgram)
   workloads health --json                  the findings as JSON
+  workloads health --expect-gpus 8         fail when fewer than 8 GPUs are there
+  workloads health --expect-gpus-from results/accept-gpu01-20261207T1000.json
+                                           the count the node's acceptance record has
 
 in slurm.conf (scripts/slurm/README.md has the details):
   HealthCheckProgram=/etc/slurm/workloads-health-check
@@ -56,6 +64,16 @@ def _seconds(text: str) -> float:
     value = positive_float(text)
     if value > 600:
         raise argparse.ArgumentTypeError(f"must be at most 600 s, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text[:20]}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be 1 to 64, got {value}")
     return value
 
 
@@ -85,6 +103,12 @@ def register(sub: Any) -> None:
                         "of this boot's journal")
     parser.add_argument("--sysfs-pci", type=Path, metavar="DIR",
                         help="PCI devices directory (default /sys/bus/pci/devices)")
+    parser.add_argument("--expect-gpus", type=_count, metavar="N",
+                        help="the GPUs this node should have: fewer on the bus and in NVML fail "
+                        "(a GPU that never enumerates is missing from both)")
+    parser.add_argument("--expect-gpus-from", type=Path, metavar="RECORD",
+                        help="take the expected GPU count from a `workloads accept` record of "
+                        "this node (its GPU devices)")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.set_defaults(func=run)
 
@@ -106,16 +130,40 @@ def _check_inputs(args: argparse.Namespace) -> None:
                             "give the path of a file (it is created)")
 
 
-def _summary(failures: list[Any]) -> str:
-    """The drain reason: the first failure's device, item, meaning and action; and how many more."""
-    if not failures:
-        return ""
-    first = failures[0]
-    meaning = first.details.get("meaning")
-    action = first.details.get("action")
-    text = f"{first.device} {first.item}"
-    text += f" {meaning}: {action}" if meaning and action else f": {first.reason}"
-    return text + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else "")
+def expected_from_record(path: Path) -> int:
+    """The GPUs a ``workloads accept`` record of this node counted (its ``devices`` that are
+    GPUs: a label "GPU n" with an NVML index); bad input is one line."""
+    from workloads.bounded import loads_json
+
+    fix = "give the JSON record `workloads accept` wrote for this node (results/accept-*.json)"
+    try:
+        with path.open("rb") as stream:
+            raw = stream.read(64 << 20)
+        record = loads_json(raw.decode("utf-8", "replace"))
+    except OSError as exc:
+        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: {exc.strerror}", fix) from None
+    except ValueError:
+        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: not JSON", fix) from None
+    devices = record.get("devices") if isinstance(record, dict) else None
+    if not isinstance(devices, list):
+        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: no devices list", fix)
+    gpus = [d for d in devices if isinstance(d, dict) and str(d.get("label", "")).startswith(
+        "GPU ") and d.get("nvml_index") is not None]
+    if not gpus:
+        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: the record counts no GPU",
+                            "give a record made on this node's GPUs, or --expect-gpus N")
+    return len(gpus)
+
+
+def _reasons(done: Any) -> list[str]:
+    """One drain reason per failure, oldest first (the first is the one a drain names)."""
+    from workloads.accept.health import check, reasons, slurm
+    from workloads.accept.verdicts import FAIL
+
+    failures = [f for f in done.findings if f.verdict == FAIL]
+    causes = [reasons.cause(f, done.gpus, check.first_seen(done.state, f)) for f in failures]
+    causes.sort(key=lambda c: c.since)  # stable: in a run's own order when found together
+    return [slurm.reason(c, len(causes) - 1) for c in causes]
 
 
 def run(args: argparse.Namespace, nvml: Any = None) -> int:
@@ -124,6 +172,11 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
     from workloads.hardware import aer
 
     _check_inputs(args)
+    if args.expect_gpus_from is not None:
+        if args.expect_gpus is not None:
+            raise WorkloadError("--expect-gpus and --expect-gpus-from both given",
+                                "give one: the count, or the record to take it from")
+        args.expect_gpus = expected_from_record(args.expect_gpus_from)
     node = slurm.node_name(args.node) if args.slurm else None
     if args.slurm:
         slurm.scontrol()  # before reading anything: a missing scontrol is bad input
@@ -150,6 +203,7 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
             deadline_s=args.deadline * 0.5,
             since_boot=args.since_boot,
             nvml=nvml,
+            expect_gpus=args.expect_gpus,
         )
         if not args.since_boot or args.clear:
             try:
@@ -161,7 +215,7 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
     action = None
     if node is not None:
         timeout = max(2.0, args.deadline * 0.1)
-        action = slurm.act(node, bool(failures), slurm.reason(_summary(failures)), timeout)
+        action = slurm.act(node, _reasons(done), timeout)
     if args.json:
         record = {
             "verdict": verdict,

@@ -20,28 +20,99 @@ import re
 import shutil
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 
 from workloads.errors import WorkloadError
 
 PREFIX = "workloads-health:"
-MAX_REASON = 120
+# Slurm keeps a reason whole (22.05 stored 500 characters here); the limit is ours, so a reason
+# reads in one line of `sinfo -R -o "%n %160E"` and in alert mail. scripts/slurm/health-check.sh
+# uses the same figure for the reasons it writes itself.
+MAX_REASON = 160
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9 .,:()/#+_-]+")
+# Node states whose owner is someone else: a node that is DOWN or FAIL, or has a reboot pending
+# (scontrol reboot: REBOOT_REQUESTED, then REBOOT_ISSUED), or is powered down by the power saver.
+LEFT_ALONE = ("DOWN", "FAIL", "REBOOT", "POWER")
 
 
 @dataclass(frozen=True)
 class NodeState:
     state: str  # scontrol's State=, e.g. IDLE+DRAIN
     reason: str | None  # Reason= without its [user@time] suffix
+    reason_time: str | None = None  # the time in Reason='s [user@time] suffix: when it was set
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(self.state.upper().rstrip("*~#!%$@^-").split("+"))
 
     @property
     def drained(self) -> bool:
-        return "DRAIN" in self.state.upper()
+        return any(flag.startswith("DRAIN") for flag in self.flags)
 
     @property
     def ours(self) -> bool:
         return self.drained and (self.reason or "").startswith(PREFIX)
+
+    @property
+    def not_ours(self) -> str | None:
+        """Why this node is someone else's to act on (DOWN, FAIL, reboot pending), or None."""
+        found = [f for f in self.flags if f.startswith(LEFT_ALONE)]
+        return "+".join(found) if found else None
+
+
+@dataclass(frozen=True)
+class Cause:
+    """What a drain reason says, field by field (the grammar in scripts/slurm/README.md)."""
+
+    fault: str  # "XID 79 GPU has fallen off the bus": the code or item, then its meaning
+    where: str  # "gpu 0 0000:3b:00.0 sn 1654922006536", or "host"
+    action: str  # what to do: "reboot the node"
+    since: float  # when it was first seen (seconds since the epoch)
+
+
+def _clean(text: str) -> str:
+    return " ".join(_UNSAFE.sub(" ", text).split())
+
+
+def _fit(text: str, room: int) -> str:
+    """``text`` in ``room`` characters, dropping whole words from its end ("..." says so)."""
+    if len(text) <= room:
+        return text
+    words = text[: max(0, room - 3) + 1].split(" ")
+    kept = " ".join(words[:-1]) if len(words) > 1 else ""
+    return f"{kept}..." if kept else ""
+
+
+def stamp(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(seconds))
+
+
+def reason(cause: Cause, more: int = 0) -> str:
+    """``PREFIX FAULT; WHERE; ACTION; since TIME[; +N more]``, within ``MAX_REASON``.
+
+    Only characters that mean nothing to a shell or to scontrol's ``key=value`` parsing.
+    What does not fit is shortened between words, the fault's meaning first, then the action;
+    the code (the fault's first two words), the GPU and the time are never shortened.
+    """
+    fault, where, action = _clean(cause.fault), _clean(cause.where) or "host", _clean(cause.action)
+    where = _fit(where, 60)
+    tail = f"; since {stamp(cause.since)}" + (f"; +{more} more" if more else "")
+    room = MAX_REASON - len(PREFIX) - 1 - len(where) - len(tail) - 4  # the two "; " separators
+    code = _fit(" ".join(fault.split(" ")[:2]), 24)
+    if len(fault) + len(action) > room:
+        action = _fit(action, min(len(action), max(room // 3, room - len(fault))))
+        fault = _fit(fault, room - len(action))
+        if not fault.startswith(code):
+            fault = code
+        action = _fit(action, max(0, room - len(fault)))
+    return f"{PREFIX} {fault}; {where}; {action}{tail}"
+
+
+def head(text: str | None) -> str:
+    """A reason without its ``; +N more``: what stays the same while the first fault is open."""
+    return re.sub(r"; \+\d+ more$", "", text or "")
 
 
 def node_name(given: str | None = None) -> str:
@@ -53,13 +124,6 @@ def node_name(given: str | None = None) -> str:
             "give --node NAME (letters, digits, '.', '_', '-')",
         )
     return name
-
-
-def reason(text: str) -> str:
-    """``PREFIX`` + ``text`` made safe for scontrol: limited characters, one line, short."""
-    body = " ".join(_UNSAFE.sub(" ", text).split())
-    full = f"{PREFIX} {body}"
-    return full if len(full) <= MAX_REASON else full[: MAX_REASON - 3].rstrip() + "..."
 
 
 def scontrol() -> str:
@@ -99,8 +163,12 @@ def show(node: str, timeout: float = 10.0) -> NodeState:
 def parse_show(text: str) -> NodeState:
     """``State=`` and ``Reason=`` of ``scontrol show node`` (one node, multi-line form)."""
     state = re.search(r"\bState=(\S+)", text)
-    found = re.search(r"^\s*Reason=(.*?)(?:\s+\[[^\]@]*@[^\]]*\])?\s*$", text, re.MULTILINE)
-    return NodeState(state[1] if state else "UNKNOWN", found[1] if found else None)
+    found = re.search(r"^\s*Reason=(.*?)(?:\s+\[[^\]@]*@([^\]]*)\])?\s*$", text, re.MULTILINE)
+    return NodeState(
+        state[1] if state else "UNKNOWN",
+        found[1] if found else None,
+        found[2] if found else None,
+    )
 
 
 def drain(node: str, why: str, timeout: float = 10.0) -> None:
@@ -122,16 +190,27 @@ def _update(node: str, changes: list[str], timeout: float) -> None:
         )
 
 
-def act(node: str, failed: bool, why: str, timeout: float = 10.0) -> str:
-    """Drain or resume ``node`` as the run found; returns what was done, in words."""
+def act(node: str, reasons: list[str], timeout: float = 10.0) -> str:
+    """Drain or resume ``node`` as the run found; returns what was done, in words.
+
+    ``reasons``: one per failure, the first the one to drain with. A node this check drained
+    for a fault that is still failing keeps its reason and its time (Slurm stamps a reason
+    when it is set, so setting it again would lose when the fault was first drained for). A
+    node someone else drained, or that is DOWN, FAIL or waiting for a reboot, is left alone.
+    """
     current = show(node, timeout)
-    if failed:
+    elsewhere = current.not_ours
+    if elsewhere is not None:
+        said = "fails" if reasons else "passes"
+        return (f"{node} {said}, but it is {elsewhere} ({current.reason or 'no reason'}): left "
+                "as it is")
+    if reasons:
         if current.drained and not current.ours:
             return f"{node} already drained by someone else ({current.reason}): left as it is"
-        if current.ours and current.reason == why:
-            return f"{node} stays drained: {why}"
-        drain(node, why, timeout)
-        return f"{node} drained: {why}"
+        if current.ours and head(current.reason) in {head(r) for r in reasons}:
+            return f"{node} stays drained since {current.reason_time}: {current.reason}"
+        drain(node, reasons[0], timeout)
+        return f"{node} drained: {reasons[0]}"
     if current.ours:
         resume(node, timeout)
         return f"{node} resumed (was drained by this health check: {current.reason})"

@@ -14,6 +14,10 @@ in a small JSON file:
   held until the action is done. The XID itself is never logged again, but the GPU is not
   healthy until someone reset it: a reboot (a new ``boot_id``) clears them, and so does
   ``workloads health --clear``, which the operator runs after resetting the GPU.
+* ``first_seen``: when each failure still failing was first found (device and item), so a
+  drain reason keeps its first time however many runs repeat it.
+* ``nvlink``: each GPU's NVLink error counters as last read, so a run judges what was added
+  since the last one, not everything since the driver loaded.
 * ``replays``: each GPU's PCIe replay count and when it was read, to rate the next
   reading (replays per minute between runs, against NVIDIA's limit).
 
@@ -54,6 +58,7 @@ class OpenFailure:
     reason: str
     action: str
     seen_at: float  # wall-clock time of the run that found it
+    meaning: str = ""  # NVIDIA's meaning of the event, for the drain reason of later runs
 
 
 @dataclass
@@ -63,13 +68,18 @@ class State:
     open: list[OpenFailure] = field(default_factory=list)
     replays: dict[str, int] = field(default_factory=dict)  # bus address -> count
     replays_at: float | None = None
+    first_seen: dict[str, float] = field(default_factory=dict)  # "device|item" -> time
+    nvlink: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # bus->link->counts
+    nvlink5: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # the same, NVLink5
     runs: int = 0
     last_run: float | None = None
     note: str | None = None  # why an earlier state was not used
+    lost: bool = False  # an earlier state existed and could not be read: what was open is unknown
 
     def as_json(self) -> str:
         data = asdict(self)
         data.pop("note")
+        data.pop("lost")
         data["version"] = VERSION
         return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
@@ -84,15 +94,26 @@ def _parse(text: str) -> State:
         open=[
             OpenFailure(
                 str(o["device"]), str(o["item"]), str(o["reason"]), str(o["action"]),
-                float(o["seen_at"]),
+                float(o["seen_at"]), str(o.get("meaning", "")),
             )
             for o in data.get("open", [])
         ],
         replays={str(k): int(v) for k, v in dict(data.get("replays", {})).items()},
         replays_at=_optional(data.get("replays_at"), float),
+        first_seen={str(k): float(v) for k, v in dict(data.get("first_seen", {})).items()},
+        nvlink=_per_link(data.get("nvlink", {})),
+        nvlink5=_per_link(data.get("nvlink5", {})),
         runs=int(data.get("runs", 0)),
         last_run=_optional(data.get("last_run"), float),
     )
+
+
+def _per_link(data: Any) -> dict[str, dict[str, dict[str, int]]]:
+    return {
+        str(bus): {str(link): {str(k): int(v) for k, v in dict(counts).items()}
+                   for link, counts in dict(links).items()}
+        for bus, links in dict(data).items()
+    }
 
 
 def _optional(value: Any, kind: type) -> Any:
@@ -121,7 +142,8 @@ def load(path: Path) -> State:
             aside = f"{path.name}.unreadable"
             with contextlib.suppress(OSError):
                 os.replace(path.name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            return State(note=f"{path} could not be read ({exc}); set aside as {aside}")
+            return State(note=f"{path} could not be read ({exc}); set aside as {aside}",
+                         lost=True)
 
 
 def save(path: Path, state: State) -> None:

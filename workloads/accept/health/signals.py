@@ -1,0 +1,148 @@
+"""The quick check's free signals: what NVML answers at once about a GPU's links and clocks.
+
+Read per GPU, no load, a dozen NVML calls (a health run's time barely moves):
+
+* NVLinks that are down (``nvmlDeviceGetNvLinkState`` answering ``NVML_FEATURE_DISABLED`` for a
+  link the GPU has): NVIDIA's health checks tolerate none (``max_inactive_nvlinks`` 0, "NVLink
+  Active Links", NVIDIA Health Validation check catalogue) -- fail;
+* the clock event reasons (``nvmlDeviceGetCurrentClocksEventReasons``), by NVML's named bits:
+  HW thermal slowdown, HW power brake slowdown and HW slowdown fail (the GPU is protecting
+  itself: cooling, power delivery); SW thermal slowdown warns; power cap, idle, application or
+  user clocks, sync boost are what a healthy GPU reports;
+* the PCIe link now against the most this GPU in this slot can train to
+  (``nvmlDeviceGetCurrPcieLinkWidth``/``Generation`` against ``nvmlDeviceGetMaxPcieLinkWidth``/
+  ``Generation``): a narrower link fails (a x8 link on a x16 GPU halves host transfers and does
+  not widen at load); a slower generation only warns, because an idle GPU lowers its link speed
+  to save power and raises it under load (``workloads accept`` measures it loaded).
+
+A reading NVML does not answer is left out (None), never taken as good or bad.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml
+
+from workloads.accept.verdicts import FAIL, PASS, WARN, Finding
+
+CHECK = "health"
+
+
+def _bit(name: str) -> int:
+    """pynvml's bit for ``nvmlClocksEventReason<name>`` (older pynvml: ``...ThrottleReason...``)."""
+    value = getattr(pynvml, f"nvmlClocksEventReason{name}", None)
+    if value is None:
+        value = getattr(pynvml, f"nvmlClocksThrottleReason{name}")
+    return int(value)
+
+
+FAILING_REASONS = {
+    "HwThermalSlowdown": "HW thermal slowdown (the GPU is too hot: check its cooling)",
+    "HwPowerBrakeSlowdown": "HW power brake slowdown (the system asserted the power brake: check "
+                            "the power supplies)",
+    "HwSlowdown": "HW slowdown (thermal or power protection: check cooling and power)",
+}
+WARNING_REASONS = {"SwThermalSlowdown": "SW thermal slowdown (running hot: check the airflow)"}
+
+
+@dataclass(frozen=True)
+class Signals:
+    """One GPU's free signals; None where NVML did not answer."""
+
+    index: int
+    links: int | None  # NVLinks the GPU has (NVML answers a state for), None: no NVLink
+    inactive: tuple[int, ...]  # the ones that are down
+    reasons: int | None
+    pcie_width: int | None
+    pcie_max_width: int | None
+    pcie_generation: int | None
+    pcie_max_generation: int | None
+
+
+def _read(nvml: Any, name: str, *args: Any) -> Any:
+    func = getattr(nvml, name, None)
+    if func is None:
+        return None
+    try:
+        return func(*args)
+    except Exception:  # NotSupported, NoPermission, GpuIsLost: not answered
+        return None
+
+
+def read(nvml: Any, index: int) -> Signals:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    links, inactive = 0, []
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        state = _read(nvml, "nvmlDeviceGetNvLinkState", handle, link)
+        if state is None:
+            continue  # a link this GPU does not have
+        links += 1
+        if state != pynvml.NVML_FEATURE_ENABLED:
+            inactive.append(link)
+    return Signals(
+        index=index,
+        links=links or None,
+        inactive=tuple(inactive),
+        reasons=_read(nvml, "nvmlDeviceGetCurrentClocksEventReasons", handle),
+        pcie_width=_read(nvml, "nvmlDeviceGetCurrPcieLinkWidth", handle),
+        pcie_max_width=_read(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle),
+        pcie_generation=_read(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle),
+        pcie_max_generation=_read(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle),
+    )
+
+
+def judge(label: str, s: Signals) -> list[Finding]:
+    """The NVLink, clocks and PCIe-link rows of one GPU."""
+    rows = []
+    if s.links is not None:
+        if s.inactive:
+            down = ", ".join(str(link) for link in s.inactive)
+            rows.append(Finding(
+                CHECK, label, "NVLinks", FAIL, f"{len(s.inactive)} of {s.links} NVLinks inactive "
+                f"(links {down}): reset the GPU, then reboot; reseat or service the GPU and its "
+                "NVLink connections if they stay down", len(s.inactive), "links", 0,
+                "NVIDIA Health Validation: max_inactive_nvlinks 0",
+                details={"inactive": list(s.inactive), "links": s.links,
+                         "meaning": f"{len(s.inactive)} NVLinks inactive",
+                         "action": "reset the GPU, then reboot"}))
+        else:
+            rows.append(Finding(CHECK, label, "NVLinks", PASS, f"all {s.links} NVLinks active",
+                                0, "links", 0))
+    if s.reasons is not None:
+        failing = [t for n, t in FAILING_REASONS.items() if s.reasons & _bit(n)]
+        warning = [t for n, t in WARNING_REASONS.items() if s.reasons & _bit(n)]
+        details = {"reasons": s.reasons}
+        if failing:
+            rows.append(Finding(CHECK, label, "clocks", FAIL, f"{'; '.join(failing)}: the clocks "
+                                "are held down", details={**details, "meaning": failing[0],
+                                                          "action": "check cooling and power"}))
+        elif warning:
+            rows.append(Finding(CHECK, label, "clocks", WARN, "; ".join(warning), details=details))
+        else:
+            rows.append(Finding(CHECK, label, "clocks", PASS, "no thermal or power slowdown",
+                                details=details))
+    if s.pcie_width is not None and s.pcie_max_width is not None:
+        rows.append(_pcie_width(label, s.pcie_width, s.pcie_max_width))
+    if s.pcie_generation is not None and s.pcie_max_generation is not None:
+        if s.pcie_generation < s.pcie_max_generation:
+            rows.append(Finding(
+                CHECK, label, "PCIe gen", WARN, f"PCIe link at gen {s.pcie_generation}, can "
+                f"train to gen {s.pcie_max_generation}: normal for an idle GPU (it saves power); "
+                "if it stays there under load, reseat the GPU", s.pcie_generation, "gen",
+                s.pcie_max_generation))
+        else:
+            rows.append(Finding(CHECK, label, "PCIe gen", PASS, f"PCIe gen {s.pcie_generation}",
+                                s.pcie_generation, "gen", s.pcie_max_generation))
+    return rows
+
+
+def _pcie_width(label: str, width: int, most: int) -> Finding:
+    if width < most:
+        return Finding(
+            CHECK, label, "PCIe width", FAIL, f"PCIe link trained at x{width}, the GPU and its "
+            f"slot can do x{most}: reseat the GPU or check its riser and slot", width, "lanes",
+            most, details={"meaning": f"PCIe link x{width} of x{most}",
+                           "action": "reseat the GPU, check its riser and slot"})
+    return Finding(CHECK, label, "PCIe width", PASS, f"PCIe x{width}", width, "lanes", most)
