@@ -199,7 +199,9 @@ def test_fabric_manager_and_nscq_are_asked_for_at_the_drivers_build_with_nvlsm_o
 def test_the_ib_umad_module_comes_from_the_distributions_module_package(tmp_path: Path) -> None:
     """NVLink 5's ib_umad, where the running kernel lacks it (modinfo): Ubuntu ships it in
     linux-modules-extra-<kernel release>, which a server install does not always have;
-    RHEL in kernel-modules-core, Debian in the image's own package."""
+    RHEL 9 in kernel-modules (its filter-modules.sh moves drivers/infiniband out of
+    kernel-modules-core, keeping only ib_core, ib_cm, iw_cm and rdma_cm there), Debian in the
+    image's own package."""
     found = {}
     for distribution, family in (("Ubuntu", "Debian"), ("Debian", "Debian"), ("Rocky", "RedHat")):
         out = tmp_path / f"ib-umad-{distribution}.txt"
@@ -214,4 +216,4 @@ def test_the_ib_umad_module_comes_from_the_distributions_module_package(tmp_path
         found[distribution] = out.read_text()
     assert found == {"Ubuntu": "linux-modules-extra-6.8.0-51-generic",
                      "Debian": "linux-image-6.8.0-51-generic",
-                     "Rocky": "kernel-modules-core-6.8.0-51-generic"}
+                     "Rocky": "kernel-modules-6.8.0-51-generic"}
