@@ -16,7 +16,8 @@ and left these behind: a second kernel module of the old branch next to the
 new one. So a package belongs to a branch
 
 * by its version, for the driver's own packages (nvidia-*, libnvidia-*,
-  libcuda*, firmware-nvidia*, cuda-drivers*, xserver-xorg-video-nvidia-*, and
+  libcuda*, libnvsdm* (NVSwitch monitoring on Blackwell, at the driver's version),
+  firmware-nvidia*, cuda-drivers*, xserver-xorg-video-nvidia-*, and
   RHEL's kmod-nvidia-* and xorg-x11-nvidia) whose version starts with a branch
   (`535.`, `3:580.`); the version decides, not the name (Ubuntu's transitional
   nvidia-driver-535 can carry 550's version and files);
@@ -55,8 +56,8 @@ from typing import Any
 
 # The driver's own packages: their version is the driver's.
 _VERSIONED = re.compile(
-    r"^(nvidia-|libnvidia-|libcuda|firmware-nvidia|cuda-drivers|xserver-xorg-video-nvidia-|kmod-nvidia"
-    r"|xorg-x11-nvidia$)")
+    r"^(nvidia-|libnvidia-|libcuda|libnvsdm|firmware-nvidia|cuda-drivers|xserver-xorg-video-nvidia-"
+    r"|kmod-nvidia|xorg-x11-nvidia$)")
 # Same prefixes, no driver branch: the container toolkit.
 _NOT_DRIVER = re.compile(r"^(nvidia-container|libnvidia-container)")
 # The desktop settings tool: the driver's on rpm, the site's on apt (see above).

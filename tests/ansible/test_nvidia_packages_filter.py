@@ -174,12 +174,14 @@ BRANCH_NAMED = ["nvidia-driver-{b}{v}", "nvidia-dkms-{b}{v}", "nvidia-headless-{
                 "libnvidia-compute-{b}", "libnvidia-gl-{b}", "libnvidia-cfg1-{b}",
                 "xserver-xorg-video-nvidia-{b}", "nvidia-firmware-{b}-{u}",
                 "cuda-drivers-{b}", "cuda-drivers-fabricmanager-{b}", "nvidia-fabricmanager-{b}",
-                "libnvidia-nscq-{b}", "nvidia-imex-{b}"]
+                "libnvidia-nscq-{b}", "nvidia-imex-{b}", "libnvsdm-{b}"]
 UNNAMED = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-smi", "nvidia-persistenced",
            "libcuda1", "firmware-nvidia-gsp", "cuda-drivers", "nvidia-fabricmanager",
            "kmod-nvidia-latest-dkms", "nvidia-modprobe", "libnvidia-ml1", "xorg-x11-nvidia",
            # NVIDIA's Ubuntu names from 590 (the guide's "Ubuntu 590 package renames").
-           "libnvidia-compute", "nvidia-dkms-open", "nvidia-dkms", "libnvidia-nscq"]
+           "libnvidia-compute", "nvidia-dkms-open", "nvidia-dkms", "libnvidia-nscq",
+           # Blackwell's NVSwitch monitoring library and IMEX, at the driver's version.
+           "libnvsdm", "nvidia-imex"]
 REVISIONS = st.sampled_from(["-1", "-0ubuntu1", "-0ubuntu0.24.04.3", "-1.el9", ""])
 KERNELS = st.builds("{}.{}.0-{}-{}".format, st.integers(4, 6), st.integers(0, 19),
                     st.integers(1, 2000), st.sampled_from(["generic", "oem", "nvidia", "aws",

@@ -441,8 +441,8 @@ def _dpkg_nvidia(host: TargetHost) -> dict[str, tuple[str, str]]:
 
 def _assert_ubuntu_branch(installed: dict[str, tuple[str, str]], branch: str,
                           pinning: str = "") -> None:
-    """The branch's compute-only set is installed at its version and held; from 590 NVIDIA's
-    pinning package (`pinning`, default that of the branch) is there too, and nothing of the
+    """The branch's compute-only set is installed at its version and held; NVIDIA's pinning
+    package (`pinning`, default that of the branch; 580 too) is there too, and nothing of the
     other branch is left."""
     for name in UBUNTU_SET[branch]:
         assert name in installed, f"{name} is not installed: {sorted(installed)}"
@@ -451,7 +451,7 @@ def _assert_ubuntu_branch(installed: dict[str, tuple[str, str]], branch: str,
         assert want == "hold", f"{name} is not held ({want})"
     # The proprietary flavour stayed out.
     assert "nvidia-headless-580" not in installed and "nvidia-dkms" not in installed
-    wanted = [pinning or f"nvidia-driver-pinning-{branch}"] if branch == "590" else []
+    wanted = [pinning or f"nvidia-driver-pinning-{branch}"]  # 580 too, as NVIDIA's guide
     found = sorted(name for name in installed if name.startswith("nvidia-driver-pinning-"))
     assert found == wanted, found
     other = "580" if branch == "590" else "590"

@@ -186,20 +186,48 @@ def test_fabric_manager_and_nscq_are_asked_for_at_the_drivers_build_with_nvlsm_o
     libnvidia-nscq-570-570.148.08). NSCQ is named like Fabric Manager: by branch before 580."""
     assert _specs(tmp_path, "570", "570.148.08") == {
         "Debian": ["nvidia-fabricmanager-570=570.148.08-*", "libnvidia-nscq-570=570.148.08-*",
+                   "libnvsdm-570=570.148.08-*", "nvidia-imex-570=570.148.08-*",
                    "nvlsm", "infiniband-diags"],
-        "RedHat": ["nvidia-fabric-manager-570.148.08", "libnvidia-nscq-570-570.148.08", "nvlsm",
+        "RedHat": ["nvidia-fabric-manager-570.148.08", "libnvidia-nscq-570-570.148.08",
+                   "libnvsdm-570-570.148.08", "nvidia-imex-570-570.148.08", "nvlsm",
                    "infiniband-diags"]}
     assert _specs(tmp_path, "580", "580.126.16") == {
         "Debian": ["nvidia-fabricmanager=580.126.16-*", "libnvidia-nscq=580.126.16-*",
+                   "libnvsdm=580.126.16-*", "nvidia-imex=580.126.16-*",
                    "nvlsm", "infiniband-diags"],
-        "RedHat": ["nvidia-fabricmanager-580.126.16", "libnvidia-nscq-580.126.16", "nvlsm",
+        "RedHat": ["nvidia-fabricmanager-580.126.16", "libnvidia-nscq-580.126.16",
+                   "libnvsdm-580.126.16", "nvidia-imex-580.126.16", "nvlsm",
                    "infiniband-diags"]}
+
+
+def test_libnvsdm_and_imex_only_on_nvlink5_and_held_with_the_driver(tmp_path: Path) -> None:
+    """libnvsdm and IMEX belong to Blackwell's NVSwitch systems (NVLink 5): on an NVLink 4
+    board (HGX H100/H200) the role asks for neither; on NVLink 5 they are among the packages
+    pinned, held (apt) and locked (dnf) at the driver's build with Fabric Manager."""
+    versioned: dict[str, object] = {}
+    for nvlink5 in (False, True):
+        out = tmp_path / f"versioned-{nvlink5}.json"
+        run = _play(tmp_path, [{
+            "name": "Write the packages held with the driver",
+            "ansible.builtin.copy": {"content": "{{ __nvidia_driver_fabric_versioned | to_json }}",
+                                     "dest": str(out), "mode": "0644"},
+            "vars": {"nvidia_driver_branch": "590", "__nvidia_driver_nvlink5": nvlink5},
+        }])
+        assert run.returncode == 0, run.explain()
+        versioned[str(nvlink5)] = json.loads(out.read_text())
+    assert versioned["False"] == {"Debian": ["nvidia-fabricmanager", "libnvidia-nscq"],
+                                  "RedHat": ["nvidia-fabricmanager", "libnvidia-nscq"]}
+    assert versioned["True"] == {
+        "Debian": ["nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm", "nvidia-imex"],
+        "RedHat": ["nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm", "nvidia-imex"]}
 
 
 def test_the_ib_umad_module_comes_from_the_distributions_module_package(tmp_path: Path) -> None:
     """NVLink 5's ib_umad, where the running kernel lacks it (modinfo): Ubuntu ships it in
     linux-modules-extra-<kernel release>, which a server install does not always have;
-    RHEL in kernel-modules-core, Debian in the image's own package."""
+    RHEL 9 in kernel-modules (its filter-modules.sh moves drivers/infiniband out of
+    kernel-modules-core, keeping only ib_core, ib_cm, iw_cm and rdma_cm there), Debian in the
+    image's own package."""
     found = {}
     for distribution, family in (("Ubuntu", "Debian"), ("Debian", "Debian"), ("Rocky", "RedHat")):
         out = tmp_path / f"ib-umad-{distribution}.txt"
@@ -214,4 +242,4 @@ def test_the_ib_umad_module_comes_from_the_distributions_module_package(tmp_path
         found[distribution] = out.read_text()
     assert found == {"Ubuntu": "linux-modules-extra-6.8.0-51-generic",
                      "Debian": "linux-image-6.8.0-51-generic",
-                     "Rocky": "kernel-modules-core-6.8.0-51-generic"}
+                     "Rocky": "kernel-modules-6.8.0-51-generic"}
