@@ -250,7 +250,7 @@ def read_record(path: Path) -> dict[str, Any]:
 def read_log(path: Path) -> list[Any]:
     """Read a JSON-lines log, skipping a torn last line (a writer killed mid-line).
 
-    Bounded (:func:`workloads.bounded.read_json_lines`): a log over 256 MiB is
+    Bounded (:func:`workloads.bounded.read_json_lines`): a log over 64 MiB or 1,000,000 values is
     refused in one line; a line that is not a bounded JSON value is skipped.
     """
     try:
