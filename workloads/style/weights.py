@@ -16,6 +16,7 @@ import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 
+from workloads.bounded import BadInput
 from workloads.download import ChecksumMismatch, fetch_verified, md5sum, pace_from_env
 from workloads.errors import WorkloadError, clip
 
@@ -110,7 +111,11 @@ def ensure_imagenet() -> Path:
 
 
 def verify(path: Path) -> None:
-    actual = md5sum(path)
+    try:
+        actual = md5sum(path)
+    except (OSError, BadInput) as exc:
+        raise WorkloadError(f"cannot read {path} ({_reason(exc)})",
+                            "delete it to download it again") from None
     if actual != weights_md5():
         raise WorkloadError(
             f"{path} has MD5 {actual[:12]}..., not {weights_md5()[:12]}... (a wrong file)",
@@ -148,3 +153,8 @@ def download(url: str, target: Path) -> Path:
             f"VGG19 weights not cached, download failed ({clip(str(reason), 36)})",
             f"put {FILE_NAME} in {target.parent}",
         ) from exc
+
+
+def _reason(exc: Exception) -> str:
+    """An OSError's strerror (an I/O error, a permission), or BadInput's own line."""
+    return str(getattr(exc, "strerror", None) or exc)
