@@ -250,13 +250,16 @@ def read_record(path: Path) -> dict[str, Any]:
 def read_log(path: Path) -> list[Any]:
     """Read a JSON-lines log, skipping a torn last line (a writer killed mid-line).
 
-    Bounded (:func:`workloads.bounded.read_json_lines`): a log over 64 MiB or 1,000,000 values is
-    refused in one line; a line that is not a bounded JSON value is skipped.
+    Bounded (:func:`workloads.bounded.read_json_lines`): a log over 64 MiB or
+    1,000,000 values is refused in one line; a line that is not a bounded JSON
+    value is skipped.
     """
     try:
         return read_json_lines(Path(path), LOG_MAX_BYTES)
     except BadInput as exc:
         raise WorkloadError(f"{path} {exc}", "split or trim the log") from exc
+    except OSError as exc:
+        raise WorkloadError(f"cannot read {path} ({exc.strerror or exc})", "check it") from exc
 
 
 def default_output(workload: str, stem: str, suffix: str = ".json") -> Path:

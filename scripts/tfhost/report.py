@@ -74,6 +74,9 @@ def _add_file(found: Inputs, path: Path, strict: bool) -> None:
             if strict:
                 raise WorkloadError(f"{path} {exc}", "regenerate it") from exc
             return
+        except OSError as exc:
+            raise WorkloadError(f"cannot read {path} ({exc.strerror or exc})",
+                                "check the file") from None
         if isinstance(data, dict) and data.get("study") == "scaling":
             found.summaries.append(path)
         elif isinstance(data, dict) and "workload" in data:
@@ -101,7 +104,16 @@ def render_records(inputs: Sequence[Path], out_dir: Path) -> list[Path]:
         scaling_tables.append((name, unit, points))
 
     for csv_path in found.monitor_csvs:
-        samples = read_samples(csv_path)
+        try:
+            samples = read_samples(csv_path)
+        except FileNotFoundError:
+            raise WorkloadError(f"{csv_path} does not exist", "check the path") from None
+        except OSError as exc:
+            raise WorkloadError(f"cannot read {csv_path} ({exc.strerror or exc})",
+                                "check the file") from None
+        except BadInput as exc:
+            raise WorkloadError(f"{csv_path} {exc}",
+                                "regenerate it (or leave it out of the report)") from None
         if samples:
             stem = csv_path.name.removesuffix(MONITOR_SUFFIX)
             written.append(plots.utilisation_figure(samples, out_dir / f"{stem}.utilisation.png",
