@@ -47,7 +47,7 @@ def collect(paths: Iterable[Path]) -> Inputs:
             for child in sorted(path.rglob("*")):
                 if child.is_file() and child.name != LOG_NAME:  # the .json files say the same
                     _add_file(found, child, strict=False)
-        elif path.is_file():
+        elif path.exists() or path.is_symlink():  # a FIFO or a link: the reader refuses it
             _add_file(found, path, strict=True)
         else:
             raise WorkloadError(f"{path} does not exist",
