@@ -92,14 +92,14 @@ def open_untrusted(path: Path, limit: int | None = None) -> int:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise BadInput("is a symbolic link; give the file itself") from None
+            raise BadInput("is a symbolic link (only a file itself is read)") from None
         raise
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
         if not stat.S_ISREG(info.st_mode):
-            raise BadInput("is not a regular file (a FIFO, socket or device); give a file")
+            raise BadInput("is not a regular file (a FIFO, socket or device)")
         if limit is not None and info.st_size > limit:
             raise BadInput(f"is {info.st_size} bytes, over the {limit} this reader accepts")
     except BaseException:
@@ -115,6 +115,24 @@ def read_capped(path: Path, limit: int) -> bytes:
     """
     with open(open_untrusted(path, limit), "rb", buffering=0, closefd=True) as handle:
         return read_at_most(handle, limit)
+
+
+def read_head(path: Path, size: int) -> bytes:
+    """The first ``size`` bytes (or fewer) of the regular file ``path``, for a signature check."""
+    with open(open_untrusted(path), "rb", buffering=0, closefd=True) as handle:
+        return read_at_most_prefix(handle, size)
+
+
+def read_at_most_prefix(handle: Any, size: int) -> bytes:
+    """Up to ``size`` bytes from the start of ``handle`` (short reads repeated)."""
+    chunks, total = [], 0
+    while total < size:
+        chunk = handle.read(size - total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def digest_file(path: Path, algorithm: str, limit: int) -> str:

@@ -16,7 +16,7 @@ import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 
-from workloads.bounded import BadInput
+from workloads.bounded import BadInput, read_head
 from workloads.download import ChecksumMismatch, fetch_verified, md5sum, pace_from_env
 from workloads.errors import WorkloadError, clip
 
@@ -90,8 +90,9 @@ def looks_like_keras_weights(path: Path) -> bool:
     The full check (layer names and shapes) happens when Keras loads the file.
     """
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
+        head = read_head(path, 4096)  # no link followed, never blocks on a FIFO
+    except BadInput as exc:
+        raise WorkloadError(f"weights file {path} {exc}", "give the weights file itself") from None
     except OSError as exc:
         raise WorkloadError(
             f"cannot read weights file {path} ({exc.strerror or exc})", "check its permissions"
