@@ -64,6 +64,7 @@ YAML_EVENTS_MAX = 200_000  # parser events (about two a node) before anything is
 # most about 72 bytes of Python objects each (an empty dict and its slot), so 1,000,000 of
 # them cost at most about 70 MiB. A record holds hundreds; a loss history, tens of thousands.
 JSON_VALUES_MAX = 1_000_000
+REPORT_VALUES_MAX = 2_000_000  # all the files of one report together: about 140 MiB
 RECORD_MAX_BYTES = 16 << 20  # a record is a few kB; one with a long loss history, a few MB
 LOG_MAX_BYTES = 64 << 20  # records.jsonl: its bytes, then its lines, are held at once
 SPEC_MAX_BYTES = 256 << 10  # a sweep spec is under 10 kB
@@ -265,12 +266,40 @@ def loads_json(text: str | bytes, depth_max: int = JSON_DEPTH_MAX,
         raise BadInput(f"is not valid JSON ({type(exc).__name__})") from None
 
 
-def read_json(path: Path, limit: int = RECORD_MAX_BYTES) -> Any:
+class OverAllowance(BadInput):
+    """This read would take a shared :class:`Allowance` past its total."""
+
+
+class Allowance:
+    """JSON values shared by several reads (a report of many files): each takes its share first.
+
+    Why: every file under its own cap, a directory of a hundred of them is still a
+    hundred times the memory. A reader given an allowance takes the bound of what
+    the file can make (:func:`json_values`) before parsing it, and the read that
+    would go past it is refused.
+    """
+
+    def __init__(self, values: int) -> None:
+        self.total = values
+        self.left = values
+
+    def take(self, values: int) -> None:
+        if values > self.left:
+            raise OverAllowance(f"would bring what is read past {self.total} JSON values in all")
+        self.left -= values
+
+
+def read_json(path: Path, limit: int = RECORD_MAX_BYTES,
+              allowance: Allowance | None = None) -> Any:
     """One JSON document from ``path``: :func:`read_capped`, then :func:`loads_json`."""
-    return loads_json(read_capped(path, limit))
+    data = read_capped(path, limit)
+    if allowance is not None:
+        allowance.take(json_values(data))
+    return loads_json(data)
 
 
-def read_json_lines(path: Path, limit: int = LOG_MAX_BYTES) -> list[Any]:
+def read_json_lines(path: Path, limit: int = LOG_MAX_BYTES,
+                    allowance: Allowance | None = None) -> list[Any]:
     """Every line of a JSON-lines file that parses; a torn or bad line is skipped.
 
     The file as a whole is capped; each line is checked as :func:`loads_json` does.
@@ -279,6 +308,8 @@ def read_json_lines(path: Path, limit: int = LOG_MAX_BYTES) -> list[Any]:
     values = json_values(data) + data.count(b"\n")  # a line of "1" has no delimiter
     if values > JSON_VALUES_MAX:
         raise BadInput(f"holds up to {values} JSON values, over the {JSON_VALUES_MAX} accepted")
+    if allowance is not None:
+        allowance.take(values)
     found = []
     for line in data.splitlines():
         if not line.strip():

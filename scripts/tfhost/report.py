@@ -23,7 +23,13 @@ from typing import Any
 from tfhost import plots
 from tfhost.monitor import read_samples
 from tfhost.scaling import ScalePoint, read_summary, summarise
-from workloads.bounded import BadInput, read_json
+from workloads.bounded import (
+    REPORT_VALUES_MAX,
+    Allowance,
+    BadInput,
+    OverAllowance,
+    read_json,
+)
 from workloads.errors import WorkloadError
 from workloads.records import LOG_NAME, atomic_write_bytes, read_log
 
@@ -37,6 +43,8 @@ class Inputs:
     records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (source, record)
     summaries: list[Path] = field(default_factory=list)
     monitor_csvs: list[Path] = field(default_factory=list)
+    # What all the JSON read for one report may make together (workloads.bounded.Allowance).
+    allowance: Allowance = field(default_factory=lambda: Allowance(REPORT_VALUES_MAX))
 
 
 def collect(paths: Iterable[Path]) -> Inputs:
@@ -65,11 +73,14 @@ def _add_file(found: Inputs, path: Path, strict: bool) -> None:
     if path.name.endswith(MONITOR_SUFFIX):
         found.monitor_csvs.append(path)
     elif path.suffix == ".jsonl":
-        found.records += [(f"{path}:{i + 1}", r) for i, r in enumerate(read_log(path))
+        log = read_log(path, found.allowance)
+        found.records += [(f"{path}:{i + 1}", r) for i, r in enumerate(log)
                           if isinstance(r, dict) and "workload" in r]
     elif path.suffix == ".json":
         try:
-            data = read_json(path)  # bounded: size, nesting and numbers checked first
+            data = read_json(path, allowance=found.allowance)  # size, values, nesting first
+        except OverAllowance as exc:
+            raise WorkloadError(f"{path} {exc}", "report fewer files at once") from exc
         except BadInput as exc:
             if strict:
                 raise WorkloadError(f"{path} {exc}", "regenerate it") from exc

@@ -70,6 +70,15 @@ def test_record_logs_are_refused_within_budget(tmp_path: Path) -> None:
     fifo = box.trusted / "fifo.jsonl"
     os.mkfifo(fifo)
     report.add("fifo", run_child(["report", str(fifo), "-o", out], box, budget))
+    many = box.trusted / "many-logs"  # each log under its own cap, together far over
+    for index in range(4):
+        run = many / f"run{index}"
+        run.mkdir(parents=True)
+        (run / "records.jsonl").write_bytes(b'{"workload":"x"}\n' * 300_000)
+        (run / f"r{index}.json").write_bytes(b'{"workload":"x","a":[' + b"0," * 600_000 + b"0]}")
+    report.add("many-logs", run_child(["report", *map(str, sorted(many.glob("*/*"))), "-o", out],
+                                      box, budget))
+    report.add("many-records", run_child(["report", str(many), "-o", out], box, budget))
     report.check()
 
 
