@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import functools
 import hashlib
 import io
 import json
@@ -49,11 +50,12 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from workloads.errors import brief, clip
+
+if TYPE_CHECKING:
+    import yaml
 
 JSON_DEPTH_MAX = 64  # a record nests 4 deep; JSON's C scanner recurses per level
 NUMBER_CHARS_MAX = 100  # a float's 17 digits, an exponent, a sign: far below this
@@ -378,21 +380,34 @@ def _csv_rows(text: str) -> Iterator[list[str]]:
         yield row
 
 
-# libyaml's parser when PyYAML was built with it (the wheels are): linear, and about ten
-# times faster than the pure-Python one, which is used otherwise.
-_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+@functools.cache
+def _loaders() -> tuple[Any, Any]:
+    """(the safe loader, the checked loader), made on first use.
 
+    PyYAML is imported here, not with the module: the image build's VGG19 bake
+    runs the downloader with the standard library only (``python -S``), and the
+    downloader hashes through this module. libyaml's parser is used when PyYAML
+    was built with it (the wheels are): linear, and about ten times faster than
+    the pure-Python one.
+    """
+    import yaml
 
-class _CheckedLoader(_SAFE_LOADER):
-    """PyYAML's safe loader, with the composed node graph checked before construction."""
+    safe: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def construct_document(self, node: yaml.Node) -> Any:
-        _check_yaml_nodes(node)
-        return super().construct_document(node)
+    class CheckedLoader(safe):
+        """PyYAML's safe loader, with the composed node graph checked before construction."""
+
+        def construct_document(self, node: yaml.Node) -> Any:
+            _check_yaml_nodes(node)
+            return super().construct_document(node)
+
+    return safe, CheckedLoader
 
 
 def _check_yaml_nodes(root: yaml.Node) -> None:
     """Count nodes as construction would visit them (an alias's target once per use)."""
+    import yaml
+
     seen: dict[int, int] = {}  # node id -> nodes under it, aliases counted in full
 
     def size(node: yaml.Node, depth: int) -> int:
@@ -429,25 +444,25 @@ def _flow_depth(text: str) -> int:
     return deepest
 
 
-_OPENS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
-_CLOSES = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
-
-
 def _check_yaml_events(text: str) -> None:
     """Depth and event count from the parser's event stream, before the composer runs.
 
     libyaml's parser (and PyYAML's) keeps its state on a heap stack, so this walk
     cannot overflow however deep the text nests; the composer recurses per level.
     """
+    import yaml
+
+    opens = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+    closes = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
     depth = 0
-    for events, event in enumerate(yaml.parse(text, Loader=_SAFE_LOADER), start=1):
+    for events, event in enumerate(yaml.parse(text, Loader=_loaders()[0]), start=1):
         if events > YAML_EVENTS_MAX:
             raise BadInput(f"holds more than {YAML_EVENTS_MAX} YAML events")
-        if isinstance(event, _OPENS):
+        if isinstance(event, opens):
             depth += 1
             if depth > YAML_DEPTH_MAX:
                 raise BadInput(f"nests deeper than {YAML_DEPTH_MAX} levels")
-        elif isinstance(event, _CLOSES):
+        elif isinstance(event, closes):
             depth -= 1
 
 
@@ -461,9 +476,11 @@ def loads_yaml(text: str, limit: int = SPEC_MAX_BYTES) -> Any:
         raise BadInput(f"is {len(text)} characters, over the {limit} this reader accepts")
     if _flow_depth(text) > YAML_DEPTH_MAX:  # PyYAML's scanner is quadratic in it
         raise BadInput(f"nests deeper than {YAML_DEPTH_MAX} levels")
+    import yaml
+
     try:
         _check_yaml_events(text)
-        return yaml.load(text, Loader=_CheckedLoader)  # a SafeLoader: constructs no objects
+        return yaml.load(text, Loader=_loaders()[1])  # a SafeLoader: constructs no objects
     except BadInput:
         raise
     except yaml.YAMLError as exc:
