@@ -40,10 +40,10 @@ def spec_family() -> list[tuple[str, bytes]]:
                   head + "defaults:\n" + "".join(" " * (i + 1) + f"k{i}:\n" for i in range(depth))))
     for count in (rng.randrange(10**5, 10**6), 10**9, 10**12):
         cases.append((f"linspace-{count}",
-                      head + f"vary: {{learning_rate: {{linspace: [0, 1, {count}]}}}}\n"))
+                      head + f"vary: {{learning_rate: {{linspace: [1, 2, {count}]}}}}\n"))
     values = rng.randrange(20_000, 30_000)
     cases.append((f"values-{values}", head + "vary:\n  learning_rate: ["
-                   + ", ".join(str(i) for i in range(values)) + "]\n"))
+                   + ", ".join(str(i) for i in range(1, values)) + "]\n"))
     cases.append(("grid-product", head + "mode: grid\nvary:\n"
                   + "".join(f"  {name}: {{linspace: [1, 2, 900]}}\n"
                             for name in ("learning_rate", "style_weight", "content_weight"))))
@@ -149,16 +149,16 @@ BATCH = "cifar-10-batches-py/data_batch_1"
 def _memo_call_pickle(text_size: int, calls: int, long_get: bool) -> bytes:
     """A list of ``calls`` results of ``_codecs.encode(<one memoised str>, "latin1")``.
 
-    Each call is 8 opcode bytes (fetch, fetch, fetch, TUPLE3 minus one, REDUCE) and
-    makes a fresh ``text_size``-byte bytes object.
+    Each call is 8 opcode bytes (fetch the callable, fetch the text and the encoding,
+    TUPLE2, REDUCE) and makes a fresh ``text_size``-byte bytes object.
     """
     get = (lambda i: b"j" + struct.pack("<I", i)) if long_get else (lambda i: b"h" + bytes([i]))
     text = "\u00e9" * text_size
     out = b"\x80\x02]" + b"X" + struct.pack("<I", len(text.encode())) + text.encode()
-    out += b"q\x01" + b"0"  # BINPUT 1, POP
-    out += b"c_codecs\nencode\nq\x02" + b"0"
-    out += b"X\x06\x00\x00\x00latin1q\x03" + b"0"
-    out += b"(" + (get(2) + get(1) + get(3) + b"\x86R") * calls + b"e."
+    out += b"q\x00" + b"0"  # BINPUT 0, POP: memo indexes from 0, as Python writes them
+    out += b"c_codecs\nencode\nq\x01" + b"0"
+    out += b"X\x06\x00\x00\x00latin1q\x02" + b"0"
+    out += b"(" + (get(1) + get(0) + get(2) + b"\x86R") * calls + b"e."
     return out
 
 
