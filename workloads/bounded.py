@@ -81,6 +81,10 @@ class BadInput(ValueError):
     """The file is over its cap or not what its reader accepts; the message is one line."""
 
 
+class NotAFile(BadInput):
+    """The path is a link, a FIFO, a socket or a device: never opened through, never read."""
+
+
 def open_untrusted(path: Path, limit: int | None = None) -> int:
     """A read-only descriptor of the regular file ``path`` (at most ``limit`` bytes).
 
@@ -95,14 +99,14 @@ def open_untrusted(path: Path, limit: int | None = None) -> int:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise BadInput("is a symbolic link (only a file itself is read)") from None
+            raise NotAFile("is a symbolic link (only a file itself is read)") from None
         raise
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
         if not stat.S_ISREG(info.st_mode):
-            raise BadInput("is not a regular file (a FIFO, socket or device)")
+            raise NotAFile("is not a regular file (a FIFO, socket or device)")
         if limit is not None and info.st_size > limit:
             raise BadInput(f"is {info.st_size} bytes, over the {limit} this reader accepts")
     except BaseException:

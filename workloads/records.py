@@ -25,6 +25,7 @@ from workloads.bounded import (
     RECORD_MAX_BYTES,
     Allowance,
     BadInput,
+    NotAFile,
     OverAllowance,
     read_json,
     read_json_lines,
@@ -259,8 +260,9 @@ def read_log(path: Path, allowance: Allowance | None = None) -> list[Any]:
     try:
         return read_json_lines(Path(path), LOG_MAX_BYTES, allowance)
     except BadInput as exc:
-        shared = isinstance(exc, OverAllowance)
-        fix = "report fewer files at once" if shared else "split or trim the log"
+        fix = ("report fewer files at once" if isinstance(exc, OverAllowance)
+               else "give the log file itself" if isinstance(exc, NotAFile)
+               else "split or trim the log")
         raise WorkloadError(f"{path} {exc}", fix) from exc
     except OSError as exc:
         raise WorkloadError(f"cannot read {path} ({exc.strerror or exc})", "check it") from exc

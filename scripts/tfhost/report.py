@@ -27,6 +27,7 @@ from workloads.bounded import (
     REPORT_VALUES_MAX,
     Allowance,
     BadInput,
+    NotAFile,
     OverAllowance,
     read_json,
 )
@@ -83,7 +84,8 @@ def _add_file(found: Inputs, path: Path, strict: bool) -> None:
             raise WorkloadError(f"{path} {exc}", "report fewer files at once") from exc
         except BadInput as exc:
             if strict:
-                raise WorkloadError(f"{path} {exc}", "regenerate it") from exc
+                fix = "give the file itself" if isinstance(exc, NotAFile) else "regenerate it"
+                raise WorkloadError(f"{path} {exc}", fix) from exc
             return
         except OSError as exc:
             raise WorkloadError(f"cannot read {path} ({exc.strerror or exc})",
@@ -122,6 +124,8 @@ def render_records(inputs: Sequence[Path], out_dir: Path) -> list[Path]:
         except OSError as exc:
             raise WorkloadError(f"cannot read {csv_path} ({exc.strerror or exc})",
                                 "check the file") from None
+        except NotAFile as exc:
+            raise WorkloadError(f"{csv_path} {exc}", "give the file itself") from None
         except BadInput as exc:
             raise WorkloadError(f"{csv_path} {exc}",
                                 "regenerate it (or leave it out of the report)") from None

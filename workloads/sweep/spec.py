@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workloads.bounded import SPEC_MAX_BYTES, BadInput, read_yaml
+from workloads.bounded import SPEC_MAX_BYTES, BadInput, NotAFile, read_yaml
 from workloads.errors import WorkloadError, brief, clip
 from workloads.sweep.workload import Value, Workload, load_workload
 
@@ -154,6 +154,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise WorkloadError(f"spec {path} is a directory", "give the spec's file") from None
     except OSError as exc:
         raise WorkloadError(f"cannot read spec {path} ({exc.strerror})", "check the path") from None
+    except NotAFile as exc:
+        raise WorkloadError(f"spec {path} {exc}", "give the spec's file itself") from None
     except BadInput as exc:
         raise WorkloadError(f"{path} {exc}", "fix the YAML there") from None
     if not isinstance(data, dict):
