@@ -15,19 +15,26 @@ What a server says is untrusted too, so a download is bounded in size, time and 
 * ``Content-Length`` must be ASCII digits (``str.isdigit`` also takes ``²``, which
   ``int`` then refuses; ``int`` also takes ``1_000`` and spaces): anything else is
   refused, and a length over the caller's cap is refused before the body is read;
-* the whole transfer must end within :data:`DEADLINE_ENV` seconds (default
-  :data:`DEADLINE_S`), and every :data:`WINDOW_ENV` seconds (default
-  :data:`WINDOW_S`) it must have received :data:`MIN_RATE_ENV` bytes per second on
-  average (default :data:`MIN_RATE`): a server that drips a byte at a time, each
-  within the socket's timeout, is cut off instead of read for ever. The body is read
-  with ``read1`` (what one ``recv`` returned), so the checks run after every packet,
-  and a transfer ends at most one socket timeout after its deadline.
+* the whole transfer (connect, status line, headers and body) must end within
+  :data:`DEADLINE_ENV` seconds (default :data:`DEADLINE_S`): every read and write of
+  the socket waits at most what is left of it (:class:`_DeadlineSocket`), so a
+  server that drips its headers a byte at a time is cut off too;
+* every :data:`WINDOW_ENV` seconds (default :data:`WINDOW_S`) the body must have
+  come at :data:`MIN_RATE_ENV` bytes per second on average (default
+  :data:`MIN_RATE`): a server that drips a byte at a time, each within the socket's
+  timeout, is cut off instead of read for ever. The body is read with ``read1``
+  (what one ``recv`` returned), so the checks run after every packet;
+* whatever ``http.client`` raises on a malformed response (a bad status line, too
+  many or too long headers, a bad chunk size, ``ValueError`` included) becomes one
+  :class:`BadResponse`, an ``OSError`` whose message is one line.
 """
 
 from __future__ import annotations
 
-import hashlib
+import http.client
+import io
 import os
+import socket
 import tempfile
 import time
 import urllib.request
@@ -35,7 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from workloads.errors import WorkloadError, brief
+from workloads.bounded import BadInput, digest_file
+from workloads.errors import WorkloadError, brief, clip
 
 CHUNK = 1 << 20
 DEADLINE_ENV = "WORKLOADS_DOWNLOAD_DEADLINE_S"
@@ -134,13 +142,108 @@ class DownloadTooLarge(OSError):
         self.announced = announced
 
 
-def file_digest(path: Path, algorithm: Algorithm) -> str:
-    """Hex digest of a file, read in chunks (the archives are larger than one read should be)."""
-    digest = hashlib.new(algorithm, usedforsecurity=algorithm != "md5")
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+DIGEST_MAX_BYTES = 4 << 30  # the largest file hashed here (CIFAR-10, VGG19) is under 600 MB
+
+
+def file_digest(path: Path, algorithm: Algorithm, limit: int = DIGEST_MAX_BYTES) -> str:
+    """Hex digest of a regular file, read in chunks through :mod:`workloads.bounded`.
+
+    Raises ``OSError`` when the file cannot be read (an I/O error mid-way included)
+    and :class:`workloads.bounded.BadInput` for a link, a FIFO or a file over ``limit``.
+    """
+    return digest_file(path, algorithm, limit)
+
+
+class BadResponse(OSError):
+    """The server's response is not HTTP that ``http.client`` can read; one line."""
+
+
+class _DeadlineSocket:
+    """A socket whose every read and write waits at most what is left of a deadline.
+
+    ``http.client`` reads the status line and each header with ``readline``, and a
+    socket timeout bounds only one ``recv``: a server sending a byte a second keeps
+    it reading for ever. Here each ``recv_into`` and ``sendall`` first sets the
+    socket's timeout to the smaller of the per-operation ``timeout`` and the time
+    left, and past the deadline raises :class:`TooSlow`.
+    """
+
+    def __init__(self, sock: Any, deadline: float, timeout: float, limit_s: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._timeout = timeout
+        self._limit_s = limit_s
+
+    def _arm(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TooSlow(f"the transfer took more than {self._limit_s:g} s; see {DEADLINE_ENV}")
+        self._sock.settimeout(min(self._timeout, left))
+
+    def recv_into(self, buffer: Any, nbytes: int = 0) -> int:
+        self._arm()
+        try:
+            return int(self._sock.recv_into(buffer, nbytes))
+        except TimeoutError:
+            self._arm()  # past the deadline: TooSlow; else the socket's own timeout
+            raise
+
+    def sendall(self, data: bytes) -> None:
+        self._arm()
+        self._sock.sendall(data)
+
+    def makefile(self, mode: str = "rb", buffering: int = -1, **_: Any) -> Any:
+        """A reader over this wrapper, counted as the real socket counts its own files.
+
+        ``http.client`` closes the connection's socket while the response still
+        reads from its file; like ``socket.makefile``, the socket stays open until
+        that file is closed too.
+        """
+        self._sock._io_refs += 1
+        return io.BufferedReader(socket.SocketIO(self, "rb"))  # type: ignore[arg-type]
+
+    def _decref_socketios(self) -> None:
+        self._sock._decref_socketios()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _deadline_connection(base: type[http.client.HTTPConnection], deadline: float,
+                         limit_s: float) -> Any:
+    """``base`` whose socket, once connected (and wrapped in TLS), keeps the deadline."""
+
+    class Connection(base):  # type: ignore[valid-type, misc]
+        def connect(self) -> None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TooSlow(f"the transfer took more than {limit_s:g} s; see {DEADLINE_ENV}")
+            given: Any = getattr(self, "timeout", None)  # urllib's default: a sentinel
+            timeout = min(given, left) if isinstance(given, int | float) and given > 0 else left
+            self.timeout = timeout
+            super().connect()
+            self.sock: Any = _DeadlineSocket(self.sock, deadline, timeout, limit_s)
+
+    return Connection
+
+
+def _opener(deadline: float, limit_s: float) -> urllib.request.OpenerDirector:
+    """urllib's opener with HTTP and HTTPS connections that keep ``deadline``."""
+    plain = _deadline_connection(http.client.HTTPConnection, deadline, limit_s)
+    tls = _deadline_connection(http.client.HTTPSConnection, deadline, limit_s)
+
+    class PlainHandler(urllib.request.HTTPHandler):
+        def http_open(self, req: Any) -> Any:
+            return self.do_open(plain, req)
+
+    class TlsHandler(urllib.request.HTTPSHandler):
+        def https_open(self, req: Any) -> Any:
+            return self.do_open(tls, req, context=self._context)  # type: ignore[attr-defined]
+
+    return urllib.request.build_opener(PlainHandler(), TlsHandler())
 
 
 def sha256sum(path: Path) -> str:
@@ -180,21 +283,42 @@ def fetch_verified(
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     tmp = Path(tmp_name)
+    opener = _opener(started + pace.deadline_s, pace.deadline_s)
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-            announced = content_length(url, response.headers.get("Content-Length"), max_bytes)
-            received = _copy_capped(response, out, max_bytes, pace, started)
-            if received > max_bytes:
-                raise DownloadTooLarge(url, received, max_bytes, announced=False)
+        try:
+            with os.fdopen(fd, "wb") as out, opener.open(url, timeout=timeout) as response:
+                announced = content_length(url, response.headers.get("Content-Length"), max_bytes)
+                received = _copy_capped(response, out, max_bytes, pace, started)
+                if received > max_bytes:
+                    raise DownloadTooLarge(url, received, max_bytes, announced=False)
+        except (http.client.HTTPException, ValueError) as exc:
+            raise BadResponse(_bad_response(exc)) from None
         if announced is not None and received != announced:
             raise IncompleteDownload(url, received, announced)
-        actual = file_digest(tmp, algorithm)
+        try:
+            actual = file_digest(tmp, algorithm)
+        except BadInput as exc:
+            raise BadResponse(f"the downloaded file {exc}") from None
         if actual != expected.lower():
             raise ChecksumMismatch(url, actual, expected, algorithm)
         tmp.replace(dest)
     finally:
         tmp.unlink(missing_ok=True)
     return dest
+
+
+def _bad_response(exc: Exception) -> str:
+    """One line for what ``http.client`` raised: its kind, and a little of its text."""
+    kinds = {
+        "BadStatusLine": "a status line that is not HTTP",
+        "RemoteDisconnected": "no response (the connection closed)",
+        "LineTooLong": "a header or status line longer than http.client accepts",
+        "IncompleteRead": "a body that ended early",
+        "ValueError": "a chunk size that is not a number",
+    }
+    name = type(exc).__name__
+    what = kinds.get(name) or f"a response http.client refuses ({clip(str(exc), 40) or name})"
+    return f"the server sent {what}"
 
 
 def content_length(url: str, header: str | None, max_bytes: int) -> int | None:

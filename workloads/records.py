@@ -23,7 +23,10 @@ from typing import Any
 from workloads.bounded import (
     LOG_MAX_BYTES,
     RECORD_MAX_BYTES,
+    Allowance,
     BadInput,
+    NotAFile,
+    OverAllowance,
     read_json,
     read_json_lines,
 )
@@ -247,16 +250,22 @@ def read_record(path: Path) -> dict[str, Any]:
     return data
 
 
-def read_log(path: Path) -> list[Any]:
+def read_log(path: Path, allowance: Allowance | None = None) -> list[Any]:
     """Read a JSON-lines log, skipping a torn last line (a writer killed mid-line).
 
-    Bounded (:func:`workloads.bounded.read_json_lines`): a log over 256 MiB is
-    refused in one line; a line that is not a bounded JSON value is skipped.
+    Bounded (:func:`workloads.bounded.read_json_lines`): a log over 64 MiB or
+    1,000,000 values is refused in one line; a line that is not a bounded JSON
+    value is skipped.
     """
     try:
-        return read_json_lines(Path(path), LOG_MAX_BYTES)
+        return read_json_lines(Path(path), LOG_MAX_BYTES, allowance)
     except BadInput as exc:
-        raise WorkloadError(f"{path} {exc}", "split or trim the log") from exc
+        fix = ("report fewer files at once" if isinstance(exc, OverAllowance)
+               else "give the log file itself" if isinstance(exc, NotAFile)
+               else "split or trim the log")
+        raise WorkloadError(f"{path} {exc}", fix) from exc
+    except OSError as exc:
+        raise WorkloadError(f"cannot read {path} ({exc.strerror or exc})", "check it") from exc
 
 
 def default_output(workload: str, stem: str, suffix: str = ".json") -> Path:

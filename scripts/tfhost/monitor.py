@@ -19,6 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from workloads.bounded import BadInput, parse_number, read_csv_table
+from workloads.errors import clip
+
 COLUMNS = [
     "time_s",  # seconds since the monitor started
     "timestamp",  # UTC wall clock, to line up with log lines
@@ -34,6 +37,7 @@ COLUMNS = [
     "memory_clock_mhz",  # dmon "mclk"
 ]
 MIB = 1 << 20
+GPU_INDEX_MAX = 1024  # NVML enumerates a few dozen devices at most
 
 
 class GpuSampler:
@@ -189,17 +193,31 @@ def csv_beside(record_path: Path) -> Path:
 
 
 def read_samples(csv_path: Path) -> list[dict[str, Any]]:
-    """Rows of a monitor CSV with numbers as floats (empty cells as None)."""
+    """Rows of a monitor CSV with numbers as floats (empty cells as None).
+
+    Read through :func:`workloads.bounded.read_csv_table` (a regular file, no link
+    followed; bytes, rows, columns and cells capped before a row is kept); a cell
+    that is not a finite number, or a ``gpu`` that is not a small index, is
+    :class:`workloads.bounded.BadInput` naming its row and column.
+    """
+    header, table = read_csv_table(Path(csv_path))
     rows = []
-    with open(csv_path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            parsed: dict[str, Any] = {}
-            for key, value in row.items():
-                if key in ("timestamp", "name"):
-                    parsed[key] = value
-                else:
-                    parsed[key] = float(value) if value not in ("", None) else None
-            rows.append(parsed)
+    for number, cells in enumerate(table, start=2):
+        parsed: dict[str, Any] = {}
+        for key, value in zip(header, cells, strict=True):
+            if key in ("timestamp", "name"):
+                parsed[key] = value
+            elif value == "":
+                parsed[key] = None
+            else:
+                try:
+                    parsed[key] = parse_number(value)
+                except BadInput as exc:
+                    raise BadInput(f"row {number} column {clip(key, 30)} {exc}") from None
+        gpu = parsed.get("gpu")
+        if gpu is not None and not (gpu == int(gpu) and 0 <= gpu < GPU_INDEX_MAX):
+            raise BadInput(f"row {number} has GPU index {gpu:g}, not 0 to {GPU_INDEX_MAX - 1}")
+        rows.append(parsed)
     return rows
 
 

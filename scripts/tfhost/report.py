@@ -23,7 +23,14 @@ from typing import Any
 from tfhost import plots
 from tfhost.monitor import read_samples
 from tfhost.scaling import ScalePoint, read_summary, summarise
-from workloads.bounded import BadInput, read_json
+from workloads.bounded import (
+    REPORT_VALUES_MAX,
+    Allowance,
+    BadInput,
+    NotAFile,
+    OverAllowance,
+    read_json,
+)
 from workloads.errors import WorkloadError
 from workloads.records import LOG_NAME, atomic_write_bytes, read_log
 
@@ -37,6 +44,8 @@ class Inputs:
     records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (source, record)
     summaries: list[Path] = field(default_factory=list)
     monitor_csvs: list[Path] = field(default_factory=list)
+    # What all the JSON read for one report may make together (workloads.bounded.Allowance).
+    allowance: Allowance = field(default_factory=lambda: Allowance(REPORT_VALUES_MAX))
 
 
 def collect(paths: Iterable[Path]) -> Inputs:
@@ -47,7 +56,7 @@ def collect(paths: Iterable[Path]) -> Inputs:
             for child in sorted(path.rglob("*")):
                 if child.is_file() and child.name != LOG_NAME:  # the .json files say the same
                     _add_file(found, child, strict=False)
-        elif path.is_file():
+        elif path.exists() or path.is_symlink():  # a FIFO or a link: the reader refuses it
             _add_file(found, path, strict=True)
         else:
             raise WorkloadError(f"{path} does not exist",
@@ -65,15 +74,22 @@ def _add_file(found: Inputs, path: Path, strict: bool) -> None:
     if path.name.endswith(MONITOR_SUFFIX):
         found.monitor_csvs.append(path)
     elif path.suffix == ".jsonl":
-        found.records += [(f"{path}:{i + 1}", r) for i, r in enumerate(read_log(path))
+        log = read_log(path, found.allowance)
+        found.records += [(f"{path}:{i + 1}", r) for i, r in enumerate(log)
                           if isinstance(r, dict) and "workload" in r]
     elif path.suffix == ".json":
         try:
-            data = read_json(path)  # bounded: size, nesting and numbers checked first
+            data = read_json(path, allowance=found.allowance)  # size, values, nesting first
+        except OverAllowance as exc:
+            raise WorkloadError(f"{path} {exc}", "report fewer files at once") from exc
         except BadInput as exc:
             if strict:
-                raise WorkloadError(f"{path} {exc}", "regenerate it") from exc
+                fix = "give the file itself" if isinstance(exc, NotAFile) else "regenerate it"
+                raise WorkloadError(f"{path} {exc}", fix) from exc
             return
+        except OSError as exc:
+            raise WorkloadError(f"cannot read {path} ({exc.strerror or exc})",
+                                "check the file") from None
         if isinstance(data, dict) and data.get("study") == "scaling":
             found.summaries.append(path)
         elif isinstance(data, dict) and "workload" in data:
@@ -101,7 +117,18 @@ def render_records(inputs: Sequence[Path], out_dir: Path) -> list[Path]:
         scaling_tables.append((name, unit, points))
 
     for csv_path in found.monitor_csvs:
-        samples = read_samples(csv_path)
+        try:
+            samples = read_samples(csv_path)
+        except FileNotFoundError:
+            raise WorkloadError(f"{csv_path} does not exist", "check the path") from None
+        except OSError as exc:
+            raise WorkloadError(f"cannot read {csv_path} ({exc.strerror or exc})",
+                                "check the file") from None
+        except NotAFile as exc:
+            raise WorkloadError(f"{csv_path} {exc}", "give the file itself") from None
+        except BadInput as exc:
+            raise WorkloadError(f"{csv_path} {exc}",
+                                "regenerate it (or leave it out of the report)") from None
         if samples:
             stem = csv_path.name.removesuffix(MONITOR_SUFFIX)
             written.append(plots.utilisation_figure(samples, out_dir / f"{stem}.utilisation.png",

@@ -208,12 +208,16 @@ def test_a_pax_header_declaring_a_gigabyte_is_refused_before_it_is_read(tmp_path
 
 
 def test_a_size_set_by_a_pax_record_is_checked_too(tmp_path: Path) -> None:
-    """Sizes over 8 GiB go into a pax record; the ustar header under it says 0."""
+    """Sizes over 8 GiB go into a pax record; the ustar header under it says 0.
+
+    A ``size`` record would move where the next header starts, so the header scan
+    refuses it outright rather than follow tarfile's reading of it.
+    """
     info = tarfile.TarInfo(BATCH_1)
     info.size = 16 * GIB
     header = _header(info, tarfile.PAX_FORMAT)
     line = _load_with_capped_memory(_bomb(tmp_path / "x.tar.gz", header, 512))
-    assert f"declares '{BATCH_1}' as {16 * GIB} bytes" in line
+    assert "has a pax record 'size'" in line
 
 
 def test_an_archive_that_unpacks_past_the_cap_is_cut(tmp_path: Path) -> None:

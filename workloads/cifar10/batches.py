@@ -31,6 +31,7 @@ bytes, the walk's copy of the largest argument, the rows, their HWC copy).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 from typing import Any
@@ -48,6 +49,12 @@ MESSAGE_MAX = 120  # the batch's name and the fix go around it on one line
 # writes it (10000 labels, 10000 memoised file names), MARKs nested 3 deep and one dict of
 # 4 items. The walk takes about a microsecond an opcode: a second at most per batch.
 PICKLE_LIMITS = PickleLimits(opcodes=1_000_000, depth=32, hashed_items=64)
+# What a batch's calls may make, as a multiple of its own size (plus a megabyte for a small
+# one): the real batch's calls make its pixel array once (1x); one written by Python 3 makes
+# its bytes through _codecs.encode and then the array (2x). Past that, a memoised argument
+# is being passed again and again.
+PRODUCED_PER_BYTE = 4
+PRODUCED_SLACK = 1 << 20
 
 # The only dtypes a batch may ask for: the real archive uses u1 for the pixels, and
 # labels written as an integer array (rather than a list) need one of the others.
@@ -264,8 +271,11 @@ def unpickle_batch(raw: bytes) -> Any:
     them become one :class:`BadBatch`: truncated streams, stack underflows,
     a REDUCE on a tuple, a BUILD on a list.
     """
+    limits = dataclasses.replace(
+        PICKLE_LIMITS, produced_bytes=PRODUCED_PER_BYTE * len(raw) + PRODUCED_SLACK
+    )
     try:
-        check_pickle(raw, PICKLE_LIMITS)
+        check_pickle(raw, limits)
     except UnsafePickle as exc:
         raise RefusedPickle(str(exc)) from None
     try:
@@ -292,9 +302,7 @@ def _labels(value: Any, rows: int) -> np.ndarray:
                 raise BadBatch(f"has a label of type {type(label).__name__} at index {index}")
         labels = value
     elif isinstance(value, _ArrayRequest) and value.array is not None:
-        if value.array.ndim != 1:
-            raise BadBatch(f"has labels of shape {brief(value.array.shape)}, not a list")
-        labels = [int(label) for label in value.array]
+        return _label_array(value.array, rows)  # checked as an array: never a list of ints
     else:
         raise BadBatch("has a labels entry that is neither a list nor an integer array")
     if len(labels) != rows:
@@ -303,6 +311,23 @@ def _labels(value: Any, rows: int) -> np.ndarray:
         if not 0 <= label < NUM_CLASSES:
             raise BadBatch(f"has label {brief(label)} at index {index}, not 0-9")
     return np.asarray(labels, dtype=np.int32)
+
+
+def _label_array(array: np.ndarray, rows: int) -> np.ndarray:
+    """A 1-D integer label array: shape, then range, checked by NumPy before any copy.
+
+    Why not ``tolist``: a 60 KB archive can hold a label array of millions of
+    elements, and a list of them costs 28 bytes a Python int, 8 a slot.
+    """
+    if array.ndim != 1:
+        raise BadBatch(f"has labels of shape {brief(array.shape)}, not a list")
+    if array.shape[0] != rows:
+        raise BadBatch(f"has {rows} images but {array.shape[0]} labels")
+    outside = np.flatnonzero((array < 0) | (array >= NUM_CLASSES))
+    if outside.size:
+        index = int(outside[0])
+        raise BadBatch(f"has label {brief(int(array[index]))} at index {index}, not 0-9")
+    return array.astype(np.int32)
 
 
 def validate_batch(batch: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from workloads.bounded import BadInput
 from workloads.cifar10.archive_reader import BadArchive, read_members
 from workloads.cifar10.batches import (  # noqa: F401 - re-exported: the decoder's public names
     BadBatch,
@@ -142,7 +143,12 @@ def verify(path: Path) -> None:
             "delete it and download it again",
         )
     expected = archive_sha256()
-    actual = sha256sum(path)
+    try:
+        actual = sha256sum(path)  # regular files only, no link followed, any I/O error caught
+    except (OSError, BadInput) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise WorkloadError(f"cannot read {path} ({reason})",
+                            "check the file (or delete it and download it again)") from None
     if actual != expected:
         raise WorkloadError(
             f"{path} has SHA-256 {actual[:12]}..., not {expected[:12]}... (a wrong file)",

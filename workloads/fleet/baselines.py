@@ -22,11 +22,10 @@ swapped for another model) is not compared with, and is replaced when the host p
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from pathlib import Path
 
+from workloads.bounded import BadInput, read_capped
 from workloads.fleet.load import MAX_RECORD_BYTES, load_fleet
 from workloads.fleet.model import Figure, FleetVerdict, Host, Reason
 from workloads.fleet.outliers import FAIL_GAP
@@ -122,11 +121,6 @@ def write_baselines(fleet: FleetVerdict, run: Path, directory: Path,
 def _read_record(path: Path) -> bytes | None:
     """The record's bytes, if it is a regular file (not a link) within the size bound."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        return read_capped(path, MAX_RECORD_BYTES)  # no link followed, never blocks on a FIFO
+    except (OSError, BadInput):
         return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = fh.read(MAX_RECORD_BYTES + 1)
-    return data if len(data) <= MAX_RECORD_BYTES else None

@@ -16,6 +16,7 @@ import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 
+from workloads.bounded import BadInput, read_head
 from workloads.download import ChecksumMismatch, fetch_verified, md5sum, pace_from_env
 from workloads.errors import WorkloadError, clip
 
@@ -89,8 +90,9 @@ def looks_like_keras_weights(path: Path) -> bool:
     The full check (layer names and shapes) happens when Keras loads the file.
     """
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
+        head = read_head(path, 4096)  # no link followed, never blocks on a FIFO
+    except BadInput as exc:
+        raise WorkloadError(f"weights file {path} {exc}", "give the weights file itself") from None
     except OSError as exc:
         raise WorkloadError(
             f"cannot read weights file {path} ({exc.strerror or exc})", "check its permissions"
@@ -110,7 +112,11 @@ def ensure_imagenet() -> Path:
 
 
 def verify(path: Path) -> None:
-    actual = md5sum(path)
+    try:
+        actual = md5sum(path)
+    except (OSError, BadInput) as exc:
+        raise WorkloadError(f"cannot read {path} ({_reason(exc)})",
+                            "delete it to download it again") from None
     if actual != weights_md5():
         raise WorkloadError(
             f"{path} has MD5 {actual[:12]}..., not {weights_md5()[:12]}... (a wrong file)",
@@ -148,3 +154,8 @@ def download(url: str, target: Path) -> Path:
             f"VGG19 weights not cached, download failed ({clip(str(reason), 36)})",
             f"put {FILE_NAME} in {target.parent}",
         ) from exc
+
+
+def _reason(exc: Exception) -> str:
+    """An OSError's strerror (an I/O error, a permission), or BadInput's own line."""
+    return str(getattr(exc, "strerror", None) or exc)

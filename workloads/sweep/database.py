@@ -24,7 +24,6 @@ reason the file must be trusted.
 
 from __future__ import annotations
 
-import errno
 import os
 import pickle
 import stat
@@ -35,7 +34,7 @@ from typing import Any
 import pandas as pd
 import psweep as ps
 
-from workloads.bounded import BadInput, read_at_most
+from workloads.bounded import BadInput, open_untrusted, read_at_most
 from workloads.errors import WorkloadError
 from workloads.pickle_walk import PickleLimits, UnsafePickle, check_pickle
 from workloads.records import atomic_write_bytes
@@ -101,23 +100,18 @@ def _load(path: Path) -> pd.DataFrame | None:
     Opened without following a link (the sweep never makes one: it replaces the
     file by rename), so what is checked is what is unpickled. ``None`` when absent.
     """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags)
+        fd = open_untrusted(path)  # no link followed, never blocks, regular files only
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
-        raise WorkloadError(
-            f"sweep database {path} is a symbolic link", "replace it with the file itself"
-        ) from None
+    except IsADirectoryError:
+        raise WorkloadError(f"sweep database {path} is not a regular file (a directory)",
+                            "move it aside and run again") from None
+    except BadInput as exc:
+        raise WorkloadError(f"sweep database {path} {exc}",
+                            "replace it with the file itself, or move it aside") from None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise WorkloadError(
-                f"sweep database {path} is not a regular file", "move it aside and run again"
-            )
         _refuse_untrusted(info, path)
     except BaseException:
         os.close(fd)

@@ -14,23 +14,38 @@ output: out.png            # optional: file name of each run's output
 Every mistake is reported before the first run, as one line naming the key and
 the fix: a spec found wrong after six hours of GPU time is the failure this
 module exists to prevent.
+
+What a spec expands to is bounded before it is built: a range's count is at most
+:data:`RANGE_COUNT_MAX` (checked before ``numpy.linspace`` allocates), a parameter
+has at most :data:`VALUES_MAX` values, and the plan at most :data:`RUNS_MAX` runs
+(star: the sum of the scans; grid: their product, multiplied with an early stop).
+Repeated values are found in one pass with a set. Every key is a string (a YAML
+key may be a number, a list or ``null``, and sorting them mixed raises), and a
+value is only ever shown through :func:`workloads.errors.brief` (``repr`` of an
+integer past 4300 digits raises).
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workloads.bounded import SPEC_MAX_BYTES, BadInput, read_yaml
+from workloads.bounded import SPEC_MAX_BYTES, BadInput, NotAFile, read_yaml
 from workloads.errors import WorkloadError, brief, clip
 from workloads.sweep.workload import Value, Workload, load_workload
 
 MODES = ("star", "grid")
 TOP_KEYS = ("workload", "mode", "defaults", "vary", "output")
 RANGES = ("linspace", "geomspace")
+# A study's scan has tens of values; a grid, hundreds of runs. Each run is a training
+# job of minutes, so 10,000 runs is weeks of GPU time: past that a spec is a mistake.
+RANGE_COUNT_MAX = 1_000
+VALUES_MAX = 1_000
+RUNS_MAX = 10_000
 
 
 @dataclass(frozen=True)
@@ -81,18 +96,19 @@ def load_spec(path: Path) -> SweepSpec:
     def fail(problem: str, fix: str) -> WorkloadError:
         return WorkloadError(f"{path}: {problem}", fix)
 
+    _string_keys(data, "the spec", fail)
     unknown = sorted(set(data) - set(TOP_KEYS))
     if unknown:
-        raise fail(f"unknown key {unknown[0]!r}", f"the keys are {', '.join(TOP_KEYS)}")
+        raise fail(f"unknown key {brief(unknown[0])}", f"the keys are {', '.join(TOP_KEYS)}")
     name = data.get("workload")
     if not isinstance(name, str) or not name:
         raise fail("no 'workload' given", "add e.g. 'workload: style'")
     mode = data.get("mode", "star")
-    if mode not in MODES:
-        raise fail(f"mode {mode!r} is not star or grid", "use 'mode: star' or 'mode: grid'")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise fail(f"mode {brief(mode)} is not star or grid", "use 'mode: star' or 'mode: grid'")
     output = data.get("output")
     if output is not None and (not isinstance(output, str) or "/" in output or not output):
-        raise fail(f"output {output!r} is not a file name", "give e.g. 'output: out.png'")
+        raise fail(f"output {brief(output)} is not a file name", "give e.g. 'output: out.png'")
     try:
         workload = load_workload(name, output)
     except WorkloadError as exc:
@@ -112,10 +128,11 @@ def load_spec(path: Path) -> SweepSpec:
         _check_name(workload, key, f"vary.{key}", fail)
         items = _expand_values(raw, f"vary.{key}", fail)
         values = [_normalise(workload, key, item, f"vary.{key}", fail) for item in items]
-        repeated = [v for i, v in enumerate(values) if v in values[:i]]
-        if repeated:
-            raise fail(f"vary.{key} repeats the value {repeated[0]!r}", "list each value once")
+        repeated = _first_repeat(values)
+        if repeated is not None:
+            raise fail(f"vary.{key} repeats the value {brief(repeated)}", "list each value once")
         vary[key] = values
+    _check_runs(mode, vary, fail)
     spec = SweepSpec(path, workload, mode, defaults, vary)
     if mode == "star":
         missing = [k for k in vary if k not in defaults and workload.default(k) is None]
@@ -137,6 +154,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise WorkloadError(f"spec {path} is a directory", "give the spec's file") from None
     except OSError as exc:
         raise WorkloadError(f"cannot read spec {path} ({exc.strerror})", "check the path") from None
+    except NotAFile as exc:
+        raise WorkloadError(f"spec {path} {exc}", "give the spec's file itself") from None
     except BadInput as exc:
         raise WorkloadError(f"{path} {exc}", "fix the YAML there") from None
     if not isinstance(data, dict):
@@ -153,7 +172,42 @@ def _mapping(value: Any, key: str, fail: Any) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise fail(f"'{key}' is not a mapping", f"write '{key}:' followed by 'name: value' lines")
+    _string_keys(value, f"'{key}'", fail)
     return value
+
+
+def _string_keys(mapping: dict[Any, Any], where: str, fail: Any) -> None:
+    """Every key a string: YAML allows numbers, lists and null, and mixed keys do not sort."""
+    for key in mapping:
+        if not isinstance(key, str):
+            raise fail(f"{where} has the key {brief(key)}, which is not a name",
+                       "write parameter names as plain words, e.g. 'learning_rate:'")
+
+
+def _hashable(value: Any) -> Any:
+    """``value`` as a set member equal where ``==`` says equal (lists become tuples)."""
+    return tuple(_hashable(item) for item in value) if isinstance(value, list) else value
+
+
+def _first_repeat(values: list[Any]) -> Any:
+    """The first value equal to an earlier one, in one pass (a set), or None."""
+    seen: set[Any] = set()
+    for value in values:
+        key = _hashable(value)
+        if key in seen:
+            return value
+        seen.add(key)
+    return None
+
+
+def _check_runs(mode: str, vary: dict[str, list[Any]], fail: Any) -> None:
+    """The plan's size, counted before psweep builds it: at most :data:`RUNS_MAX` runs."""
+    runs = 0 if mode == "star" else 1
+    for values in vary.values():
+        runs = runs + len(values) if mode == "star" else runs * len(values)
+        if runs > RUNS_MAX:
+            raise fail(f"the {mode} plan has more than {RUNS_MAX} runs",
+                       "vary fewer values (or split the study into several specs)")
 
 
 def _check_name(workload: Workload, key: Any, where: str, fail: Any) -> None:
@@ -191,6 +245,9 @@ def _expand_values(raw: Any, where: str, fail: Any) -> list[Any]:
     values: list[Any] = []
     for item in items:
         values += _expand_range(item, where, fail) if isinstance(item, dict) else [item]
+        if len(values) > VALUES_MAX:
+            raise fail(f"{where} has more than {VALUES_MAX} values",
+                       "vary fewer values (a range's count included)")
     if not values:
         raise fail(f"{where} has no values", "list at least one value, e.g. [1, 3, 10]")
     return values
@@ -201,7 +258,7 @@ def _expand_range(item: Mapping[str, Any], where: str, fail: Any) -> list[float]
 
     if len(item) != 1 or next(iter(item)) not in RANGES:
         raise fail(
-            f"{where}: {dict(item)!r} is not a value range",
+            f"{where}: {brief(next(iter(item), None))} is not a value range",
             "write {linspace: [start, stop, count]} or {geomspace: [start, stop, count]}",
         )
     kind, args = next(iter(item.items()))
@@ -215,6 +272,11 @@ def _expand_range(item: Mapping[str, Any], where: str, fail: Any) -> list[float]
         raise fail(
             f"{where}: {kind} needs [start, stop, count]", f"write e.g. {{{kind}: [1, 100, 5]}}"
         )
+    if args[2] > RANGE_COUNT_MAX:
+        raise fail(f"{where}: {kind} count {brief(args[2])} is over {RANGE_COUNT_MAX}",
+                   "use fewer values: a study's scan has tens")
+    if not all(_finite(a) for a in args[:2]):
+        raise fail(f"{where}: {kind} needs finite numbers", f"write e.g. {{{kind}: [1, 100, 5]}}")
     if kind == "geomspace" and (args[0] <= 0 or args[1] <= 0):
         raise fail(
             f"{where}: geomspace needs start and stop > 0", "use linspace for ranges through 0"
@@ -222,3 +284,10 @@ def _expand_range(item: Mapping[str, Any], where: str, fail: Any) -> list[float]
     space = np.linspace if kind == "linspace" else np.geomspace
     # tolist(): plain Python floats, since numpy scalars hash differently in psweep.
     return [float(v) for v in space(args[0], args[1], args[2]).tolist()]
+
+
+def _finite(number: int | float) -> bool:
+    """A float that is finite, or an int that one can hold (``float`` of 10**400 raises)."""
+    if isinstance(number, int):
+        return number.bit_length() <= 1023
+    return math.isfinite(number)

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import base64
+import http.client
+import signal
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import fetch_url, url_argument_spec
@@ -19,6 +22,9 @@ description:
     refuse what it cannot account for, so the body comes back base64-encoded and the key filter
     decodes it.
   - Uses Ansible's own URL fetching (proxies, certificates, C(validate_certs)). Changes nothing.
+  - The whole fetch (connect, status line, headers and body) ends within O(deadline) seconds,
+    however slowly the server answers - C(timeout) bounds each read of the socket only, and a
+    server that sends one byte per read keeps a fetch going for ever without this.
 options:
   url:
     description: The key file's URL.
@@ -32,6 +38,10 @@ options:
     description: Refuse a larger body (a key file is a few kilobytes).
     type: int
     default: 1048576
+  deadline:
+    description: Seconds the whole fetch may take (a key file of a few kilobytes takes one).
+    type: int
+    default: 120
 extends_documentation_fragment: [ansible.builtin.url]
 author: tf-gpu-host
 """
@@ -48,21 +58,64 @@ size:
 """
 
 
-def main() -> None:
-    argument_spec = url_argument_spec()
-    argument_spec.update(url={"type": "str", "required": True},
-                         timeout={"type": "int", "default": 30},
-                         max_bytes={"type": "int", "default": 1048576})
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    url = module.params["url"]
+class _Expired(BaseException):
+    """The fetch ran past its deadline (raised from SIGALRM, in the module's main thread).
+
+    A BaseException: ``fetch_url`` turns any ``Exception`` into its own "unknown
+    error" with a traceback, and this one must reach :func:`main` as it is.
+    """
+
+
+def _expire(_signum: int, _frame: Any) -> None:
+    raise _Expired
+
+
+def _fetch(module: AnsibleModule, url: str, max_bytes: int) -> bytes:
+    """The body of ``url``, at most ``max_bytes``; every failure is ``fail_json``, one line."""
     response, info = fetch_url(module, url, timeout=module.params["timeout"])
     if response is None or info.get("status") != 200:
         module.fail_json(msg=f"Fetching {url} failed: HTTP {info.get('status')} "
                              f"{info.get('msg', '')}. Fix: check the key URL and that the host "
                              "reaches it.", status=info.get("status"))
-    body = response.read(module.params["max_bytes"] + 1)
-    if len(body) > module.params["max_bytes"]:
-        module.fail_json(msg=f"{url} served more than {module.params['max_bytes']} bytes, which no "
+    chunks, total = [], 0
+    while total <= max_bytes:  # in pieces: read(n) would allocate n up front
+        chunk = response.read(min(1 << 16, max_bytes + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+def main() -> None:
+    argument_spec = url_argument_spec()
+    argument_spec.update(url={"type": "str", "required": True},
+                         timeout={"type": "int", "default": 30},
+                         max_bytes={"type": "int", "default": 1048576},
+                         deadline={"type": "int", "default": 120})
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    url = module.params["url"]
+    max_bytes = module.params["max_bytes"]
+    deadline = module.params["deadline"]
+    if deadline <= 0:
+        module.fail_json(msg=f"deadline={deadline} is not a number of seconds > 0. Fix: give "
+                             "repo_trust_fetch a deadline of e.g. 120.")
+    previous = signal.signal(signal.SIGALRM, _expire)
+    signal.setitimer(signal.ITIMER_REAL, deadline)
+    try:
+        body = _fetch(module, url, max_bytes)
+    except _Expired:
+        module.fail_json(msg=f"Fetching {url} took more than {deadline} s (the server answers too "
+                             "slowly). Fix: check the key URL, or raise repo_trust_fetch's "
+                             "deadline.")
+    except (http.client.HTTPException, OSError, ValueError) as exc:
+        module.fail_json(msg=f"Fetching {url} failed: the server's response broke off or is not "
+                             f"HTTP ({type(exc).__name__}). Fix: check the key URL.")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    if len(body) > max_bytes:
+        module.fail_json(msg=f"{url} served more than {max_bytes} bytes, which no "
                              "key file is. Fix: check the key URL.")
     module.exit_json(changed=False, content_base64=base64.b64encode(body).decode("ascii"),
                      size=len(body), status=200)
