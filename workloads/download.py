@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
+from workloads import safefs
 from workloads.errors import WorkloadError, brief
 
 CHUNK = 1 << 20
@@ -136,10 +136,15 @@ class DownloadTooLarge(OSError):
 
 def file_digest(path: Path, algorithm: Algorithm) -> str:
     """Hex digest of a file, read in chunks (the archives are larger than one read should be)."""
-    digest = hashlib.new(algorithm, usedforsecurity=algorithm != "md5")
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            digest.update(chunk)
+        return stream_digest(fh, algorithm)
+
+
+def stream_digest(fh: BinaryIO, algorithm: Algorithm) -> str:
+    """Hex digest of what is left to read in ``fh``, in chunks."""
+    digest = hashlib.new(algorithm, usedforsecurity=algorithm != "md5")
+    for chunk in iter(lambda: fh.read(CHUNK), b""):
+        digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -177,23 +182,22 @@ def fetch_verified(
     """
     pace = pace_from_env() if pace is None else pace
     started = time.monotonic()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+    # The cache folder is made one component at a time and checked, the bytes go to a new
+    # temporary file beside ``dest`` and are renamed over it only once they are right
+    # (safefs.writing: never through a link planted at ``dest`` or on the way to it).
+    with safefs.writing(dest) as out:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             announced = content_length(url, response.headers.get("Content-Length"), max_bytes)
             received = _copy_capped(response, out, max_bytes, pace, started)
             if received > max_bytes:
                 raise DownloadTooLarge(url, received, max_bytes, announced=False)
         if announced is not None and received != announced:
             raise IncompleteDownload(url, received, announced)
-        actual = file_digest(tmp, algorithm)
+        out.flush()
+        out.seek(0)
+        actual = stream_digest(out, algorithm)
         if actual != expected.lower():
             raise ChecksumMismatch(url, actual, expected, algorithm)
-        tmp.replace(dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     return dest
 
 

@@ -48,9 +48,10 @@ import os
 import secrets
 import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Literal, overload
+from typing import Any, BinaryIO, Literal, TextIO, overload
 
 from workloads.errors import WorkloadError
 
@@ -381,13 +382,13 @@ def _new_temporary(directory: int, prefix: str, suffix: str = "") -> tuple[int, 
 
 
 @overload
-def writing(path: Path, *, mode: int = ..., text: Literal[False] = ...,
-            newline: str | None = ...) -> contextlib.AbstractContextManager[IO[bytes]]: ...
+def writing(path: Path, *, mode: int = ..., text: Literal[False] = ..., newline: str | None = ...,
+            dir_fd: int | None = ...) -> contextlib.AbstractContextManager[BinaryIO]: ...
 @overload
-def writing(path: Path, *, mode: int = ..., text: Literal[True],
-            newline: str | None = ...) -> contextlib.AbstractContextManager[IO[str]]: ...
-def writing(path: Path, *, mode: int = 0o644, text: bool = False,
-            newline: str | None = None) -> contextlib.AbstractContextManager[Any]:
+def writing(path: Path, *, mode: int = ..., text: Literal[True], newline: str | None = ...,
+            dir_fd: int | None = ...) -> contextlib.AbstractContextManager[TextIO]: ...
+def writing(path: Path, *, mode: int = 0o644, text: bool = False, newline: str | None = None,
+            dir_fd: int | None = None) -> contextlib.AbstractContextManager[Any]:
     """A file object whose contents replace ``path`` when the ``with`` block ends cleanly.
 
     For every writer that can take a file object (``csv.writer``, ``json.dump``,
@@ -397,14 +398,18 @@ def writing(path: Path, *, mode: int = 0o644, text: bool = False,
     (``O_EXCL``, ``O_NOFOLLOW``, ``w+``: it can be read back, e.g. to hash it). On a
     clean exit the file is flushed, given ``mode``, ``fsync``-ed and renamed over
     the name in that same directory (a reader sees the old file or the new one);
-    on an exception it is removed and ``path`` is as it was.
+    on an exception it is removed and ``path`` is as it was. With ``dir_fd``, a
+    descriptor of ``path``'s directory that the caller has checked by a stricter
+    rule (:func:`trusted_directory`), the file is written there.
     """
-    return _writing(Path(path), mode, text, newline)
+    return _writing(Path(path), mode, text, newline, dir_fd)
 
 
 @contextlib.contextmanager
-def _writing(path: Path, mode: int, text: bool, newline: str | None) -> Iterator[Any]:
-    with parent_fd(path, create=True) as directory:
+def _writing(path: Path, mode: int, text: bool, newline: str | None,
+             dir_fd: int | None) -> Iterator[Any]:
+    with (contextlib.nullcontext(dir_fd) if dir_fd is not None
+          else parent_fd(path, create=True)) as directory:
         refuse_planted(directory, path)
         fd, tmp = _new_temporary(directory, f".{path.name}.", ".tmp")
         try:
@@ -424,13 +429,13 @@ def _writing(path: Path, mode: int, text: bool, newline: str | None) -> Iterator
             raise
 
 
-def write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write_bytes(path: Path, data: bytes, mode: int = 0o644, *, dir_fd: int | None = None) -> None:
     """Write ``data`` to ``path`` so readers see either the old file or the new one.
 
     :func:`writing` with the whole contents at hand: never through a link, the
     directory checked, the old entry judged, the new file renamed into place.
     """
-    with writing(Path(path), mode=mode) as fh:
+    with writing(Path(path), mode=mode, dir_fd=dir_fd) as fh:
         fh.write(data)
 
 
@@ -480,7 +485,18 @@ def staged(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
                 shutil.rmtree(private, dir_fd=directory)
 
 
-def open_for_writing(path: Path, *, newline: str | None = None) -> IO[str]:
+@contextlib.contextmanager
+def scratch(name: str) -> Iterator[Path]:
+    """A name in a new private directory (0700, ours), removed afterwards: output no one keeps.
+
+    Under MultiWorkerMirroredStrategy every worker must call Keras's ``model.save``;
+    only the chief's copy is kept (:func:`staged`), the others write here.
+    """
+    with tempfile.TemporaryDirectory(prefix="workloads-scratch-") as private:
+        yield Path(private) / Path(name).name
+
+
+def open_for_writing(path: Path, *, newline: str | None = None) -> TextIO:
     """A text file at ``path``, emptied, for a writer whose readers watch it grow.
 
     The GPU monitor's CSV must show every finished sample while the benchmark
