@@ -39,7 +39,7 @@ from workloads.bounded import BadInput, read_at_most
 from workloads.errors import WorkloadError
 from workloads.pickle_walk import PickleLimits, UnsafePickle, check_pickle
 from workloads.records import atomic_write_bytes
-from workloads.safefs import UnsafePath
+from workloads.safefs import UnsafePath, directory_fd
 from workloads.sweep.lock import DATABASE_LOCK, exclusive
 
 DATABASE = "database.pk"
@@ -163,8 +163,14 @@ class SweepDatabase:
     def read(self) -> pd.DataFrame:
         """The whole database; an empty frame before the first run has ended.
 
-        The directory and the file are checked first (:func:`check_trusted`).
+        The directory and the file are checked first: the directory by the rule
+        ``sweep --dir`` applies (:func:`workloads.safefs.trusted_directory`: yours,
+        writable by nobody else, every directory above it walked and judged), so
+        ``workloads report`` reads no database from a directory the sweep refuses;
+        then :func:`check_trusted`.
         """
+        with directory_fd(self.directory):
+            pass
         check_trusted(self.directory)
         df = _load(self.path)
         return pd.DataFrame(dtype=object) if df is None else df
