@@ -506,6 +506,7 @@ def _save(model: Any, path: str, placement: Placement) -> None:
     Under MultiWorkerMirroredStrategy every worker must take part in saving; only the
     chief's copy is kept, the others write to a temporary directory.
     """
-    target = safefs.staged(Path(path)) if placement.is_chief else safefs.scratch(Path(path).name)
-    with target as name:  # Keras writes by name: into a private directory, then placed
+    # Keras writes by name: into a private directory, then checked and placed (safefs).
+    with (safefs.staged(Path(path)) if placement.is_chief
+          else safefs.scratch(Path(path).name)) as name:
         model.save(str(name))
