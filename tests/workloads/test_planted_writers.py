@@ -2,7 +2,8 @@
 
 The family, generated: each writer the CLI runs (``workloads report --fleet``, ``--history``,
 a records report with its matplotlib figure, the GPU monitor's CSV, the scaling study's
-CSV, a model saved by name as Keras does, the download cache) times each thing someone
+CSV, a model saved by Keras's ``model.save(name)`` through the cifar10 command's own
+save, the download cache) times each thing someone
 could leave where it writes (a link to a file outside, a dangling link, a hard link to
 a file outside, a fifo, at the file's name; another user's link at each directory
 component of the output path; a directory on the way that everyone may write). For
@@ -17,6 +18,7 @@ The tests run as root, the victim; "another user" is uid 65534.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -24,11 +26,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.fleet.records import record as fleet_record
-from workloads import safefs
 from workloads.errors import WorkloadError
 
 NOBODY = 65534
@@ -205,10 +207,19 @@ def _scaling_csv(path: Path) -> None:
     write_summary([], StudyPlan(counts=[1], unit="CPU replicas"), path.parent)
 
 
-def _named_save(path: Path) -> None:
-    """What ``model.save(name)`` does (``workloads/cifar10/train.py``): writes by name."""
-    with safefs.staged(path) as name:
-        Path(name).write_bytes(b"PK\x03\x04 a .keras zip")
+@functools.cache
+def _keras_model() -> Any:
+    import keras  # TensorFlow's Keras: imported once for the whole family
+
+    return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+
+
+def _keras_save(path: Path) -> None:
+    """The cifar10 command's own save (``train._save``): real Keras ``model.save(name)``."""
+    from workloads.cifar10.train import Placement, _save
+
+    _save(_keras_model(), str(path), Placement(strategy=None, replicas=1, device_names=[],
+                                               gpu_count=0))
 
 
 def _download(path: Path) -> None:
@@ -221,7 +232,7 @@ def _download(path: Path) -> None:
 MODULE_WRITERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "gpu monitor csv": ("r50.gpu.csv", _monitor),
     "scaling study csv": ("scaling.csv", _scaling_csv),
-    "model saved by name": ("model.keras", _named_save),
+    "model saved by Keras": ("model.keras", _keras_save),
     "download cache": ("cifar-10-python.tar.gz", _download),
 }
 MODULE_CASES = [(w, "file", k) for w in MODULE_WRITERS for k in FILE_KINDS] + [
