@@ -163,15 +163,15 @@ class SweepDatabase:
     def read(self) -> pd.DataFrame:
         """The whole database; an empty frame before the first run has ended.
 
-        The directory and the file are checked first: the directory by the rule
-        ``sweep --dir`` applies (:func:`workloads.safefs.trusted_directory`: yours,
-        writable by nobody else, every directory above it walked and judged), so
-        ``workloads report`` reads no database from a directory the sweep refuses;
-        then :func:`check_trusted`.
+        The directory and the file are checked first (:func:`check_trusted`), and
+        then the directory by the rule ``sweep --dir`` applies
+        (:func:`workloads.safefs.trusted_directory`: every directory above it walked
+        and judged too), so ``workloads report`` reads no database from a directory
+        the sweep refuses.
         """
+        check_trusted(self.directory)
         with directory_fd(self.directory):
             pass
-        check_trusted(self.directory)
         df = _load(self.path)
         return pd.DataFrame(dtype=object) if df is None else df
 
