@@ -31,18 +31,19 @@ What a server says is untrusted too, so a download is bounded in size, time and 
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import io
 import os
 import socket
-import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from workloads.bounded import BadInput, digest_file
+from workloads import safefs
+from workloads.bounded import digest_file
 from workloads.errors import WorkloadError, brief, clip
 
 CHUNK = 1 << 20
@@ -152,6 +153,14 @@ def file_digest(path: Path, algorithm: Algorithm, limit: int = DIGEST_MAX_BYTES)
     and :class:`workloads.bounded.BadInput` for a link, a FIFO or a file over ``limit``.
     """
     return digest_file(path, algorithm, limit)
+
+
+def stream_digest(fh: BinaryIO, algorithm: Algorithm) -> str:
+    """Hex digest of what is left to read in ``fh``, in chunks (the file just written)."""
+    digest = hashlib.new(algorithm, usedforsecurity=algorithm != "md5")
+    for chunk in iter(lambda: fh.read(CHUNK), b""):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 class BadResponse(OSError):
@@ -280,13 +289,13 @@ def fetch_verified(
     """
     pace = pace_from_env() if pace is None else pace
     started = time.monotonic()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp = Path(tmp_name)
+    # The cache folder is made one component at a time and checked, the bytes go to a new
+    # temporary file beside ``dest`` and are renamed over it only once they are right
+    # (safefs.writing: never through a link planted at ``dest`` or on the way to it).
     opener = _opener(started + pace.deadline_s, pace.deadline_s)
-    try:
+    with safefs.writing(dest) as out:
         try:
-            with os.fdopen(fd, "wb") as out, opener.open(url, timeout=timeout) as response:
+            with opener.open(url, timeout=timeout) as response:
                 announced = content_length(url, response.headers.get("Content-Length"), max_bytes)
                 received = _copy_capped(response, out, max_bytes, pace, started)
                 if received > max_bytes:
@@ -295,15 +304,11 @@ def fetch_verified(
             raise BadResponse(_bad_response(exc)) from None
         if announced is not None and received != announced:
             raise IncompleteDownload(url, received, announced)
-        try:
-            actual = file_digest(tmp, algorithm)
-        except BadInput as exc:
-            raise BadResponse(f"the downloaded file {exc}") from None
+        out.flush()
+        out.seek(0)
+        actual = stream_digest(out, algorithm)
         if actual != expected.lower():
             raise ChecksumMismatch(url, actual, expected, algorithm)
-        tmp.replace(dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     return dest
 
 

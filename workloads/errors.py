@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from workloads import printable as _printable
+
 # The longest "workloads <command>: error: " prefix is 32 characters: the printed line
 # stays under 200 with this.
 LINE_MAX = 169
@@ -46,9 +48,13 @@ class OutOfMemory(WorkloadError):
 
 
 def printable(text: str) -> str:
-    """``text`` on one line: whitespace runs become one space, control characters ``?``."""
-    line = " ".join(text.split())
-    return "".join(char if char.isprintable() else "?" for char in line)
+    """``text`` on one line: whitespace runs become one space, other controls their escape.
+
+    The escaping is :mod:`workloads.printable`'s (``ESC`` shows as ``\\x1b``); the
+    length is left to the caller, who shortens the whole line.
+    """
+    words = " ".join(text.split())
+    return _printable.line(words, limit=max(len(words) * 10, 1))
 
 
 def shorten(text: str, limit: int) -> str:

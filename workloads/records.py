@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import errno
 import fcntl
 import json
 import os
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from workloads import safefs
 from workloads.bounded import (
     LOG_MAX_BYTES,
     RECORD_MAX_BYTES,
@@ -68,10 +67,7 @@ def ensure_writable(path: Path) -> Path:
             f"output path {path} is a directory", "give a file name, e.g. --output results/run.json"
         )
     try:
-        with parent_fd(path, create=True) as directory:
-            probe = _create_new(directory, ".probe-")
-            os.close(probe[0])
-            os.unlink(probe[1], dir_fd=directory)
+        safefs.probe_directory(path)
     except UnsafePath as exc:
         raise WorkloadError(f"cannot write to {exc.path} ({exc.reason})",
                             "choose a writable --output location") from exc
@@ -83,42 +79,9 @@ def ensure_writable(path: Path) -> Path:
     return path
 
 
-def _create_new(directory: int, prefix: str, suffix: str = "") -> tuple[int, str]:
-    """A new file (``O_EXCL``, never through a link) of a random name in ``directory``."""
-    for _ in range(100):
-        name = f"{prefix}{secrets.token_hex(6)}{suffix}"
-        try:
-            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            return os.open(name, flags, 0o600, dir_fd=directory), name
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no free temporary name", prefix)
-
-
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` so readers see either the old file or the new one.
-
-    Never writes through a link: the directory is walked from ``/`` and checked
-    (:func:`workloads.safefs.parent_fd`, created where missing), the temporary
-    file is created new in it (``O_EXCL``, ``O_NOFOLLOW``, by its descriptor),
-    its mode set on the descriptor, and ``rename`` in that same directory
-    replaces whatever entry ``path`` was (a planted link included) rather than
-    following it.
-    """
-    path = Path(path)
-    with parent_fd(path, create=True) as directory:
-        fd, tmp = _create_new(directory, f".{path.name}.", ".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fchmod(fh.fileno(), mode)
-                os.fsync(fh.fileno())
-            os.replace(tmp, path.name, src_dir_fd=directory, dst_dir_fd=directory)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=directory)
-            raise
+    """``data`` to ``path`` atomically, never through a link (:func:`safefs.write_bytes`)."""
+    safefs.write_bytes(path, data, mode)
 
 
 def to_json(record: Mapping[str, Any]) -> str:

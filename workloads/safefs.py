@@ -24,6 +24,18 @@ the descriptor, not the path, so nothing can be swapped in between):
 
 Every refusal is one :class:`UnsafePath` line naming the path and the fix.
 Other ``OSError`` (a full disk) pass through unchanged: the callers decide.
+
+This is the one module that writes files (``tests/test_choke_points.py`` holds
+every other to it). A whole file is written by :func:`write_bytes` or through
+:func:`writing` (a file object on a new temporary file in the checked directory:
+written, ``fsync``-ed, renamed over the name); a library that insists on a file
+*name* (Keras's ``model.save``) writes inside :func:`staged`, a private directory
+made in the checked one, and the file it leaves is checked and renamed into
+place; a file that grows while it is read (the GPU monitor's CSV) is opened by
+:func:`open_for_writing`; directories are made by :func:`ensure_directory`, one
+component at a time. Whatever entry stands at the name being written is judged
+first (:func:`refuse_planted`): a link, a hard link, a fifo or another user's
+file there is refused, left as it is, rather than silently replaced.
 """
 
 from __future__ import annotations
@@ -31,10 +43,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import os
+import secrets
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, BinaryIO, Literal, TextIO, overload
 
 from workloads.errors import WorkloadError
 
@@ -316,3 +333,196 @@ def make_directory(path: Path) -> None:
     :func:`resolve_directory` does; the last must then be ours alone.
     """
     os.close(resolve_directory(Path(path), create=True, own=True)[0])
+
+
+def ensure_directory(path: Path) -> Path:
+    """Make directory ``path`` where missing, as ``mkdir -p`` would, never through a link.
+
+    Every component is walked from ``/``, made where missing (0755) and checked by
+    :func:`foreign_writer` before the next is looked up in it
+    (:func:`resolve_directory`): no ``mkdir(parents=True)`` runs before the check,
+    so a link planted at any component by someone else refuses the path rather
+    than creating directories at its target. Returns ``path``.
+    """
+    os.close(resolve_directory(Path(path), create=True)[0])
+    return Path(path)
+
+
+def refuse_planted(directory: int, path: Path) -> None:
+    """Refuse what stands at ``path``'s name in ``directory`` unless it is a file of ours.
+
+    A file written by rename never writes through what was there, but an entry
+    nobody of ours put there (a link, a hard link to a file elsewhere, a fifo, a
+    device, another user's file) is the sign of someone preparing one: it is
+    refused in one line and left for whoever looks, not replaced silently.
+    """
+    try:
+        info = os.stat(Path(path).name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePath(path, "is a symbolic link", _FIX)
+    if stat.S_ISDIR(info.st_mode):
+        raise UnsafePath(path, "is a directory", "give a file name, or remove the directory")
+    problem = _file_problem(info)
+    if problem:
+        raise UnsafePath(path, problem, _FIX)
+
+
+def _new_temporary(directory: int, prefix: str, suffix: str = "") -> tuple[int, str]:
+    """A new file (``O_EXCL``, never through a link) of a random name in ``directory``."""
+    for _ in range(100):
+        name = f"{prefix}{secrets.token_hex(6)}{suffix}"
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            return os.open(name, flags, 0o600, dir_fd=directory), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", prefix)
+
+
+@overload
+def writing(path: Path, *, mode: int = ..., text: Literal[False] = ..., newline: str | None = ...,
+            dir_fd: int | None = ...) -> contextlib.AbstractContextManager[BinaryIO]: ...
+@overload
+def writing(path: Path, *, mode: int = ..., text: Literal[True], newline: str | None = ...,
+            dir_fd: int | None = ...) -> contextlib.AbstractContextManager[TextIO]: ...
+def writing(path: Path, *, mode: int = 0o644, text: bool = False, newline: str | None = None,
+            dir_fd: int | None = None) -> contextlib.AbstractContextManager[Any]:
+    """A file object whose contents replace ``path`` when the ``with`` block ends cleanly.
+
+    For every writer that can take a file object (``csv.writer``, ``json.dump``,
+    matplotlib's ``savefig(fh, format=...)``): the directory is walked, made where
+    missing and checked (:func:`parent_fd`), the entry at the name judged
+    (:func:`refuse_planted`), and the data go to a new temporary file beside it
+    (``O_EXCL``, ``O_NOFOLLOW``, ``w+``: it can be read back, e.g. to hash it). On a
+    clean exit the file is flushed, given ``mode``, ``fsync``-ed and renamed over
+    the name in that same directory (a reader sees the old file or the new one);
+    on an exception it is removed and ``path`` is as it was. With ``dir_fd``, a
+    descriptor of ``path``'s directory that the caller has checked by a stricter
+    rule (:func:`trusted_directory`), the file is written there.
+    """
+    return _writing(Path(path), mode, text, newline, dir_fd)
+
+
+@contextlib.contextmanager
+def _writing(path: Path, mode: int, text: bool, newline: str | None,
+             dir_fd: int | None) -> Iterator[Any]:
+    with (contextlib.nullcontext(dir_fd) if dir_fd is not None
+          else parent_fd(path, create=True)) as directory:
+        refuse_planted(directory, path)
+        fd, tmp = _new_temporary(directory, f".{path.name}.", ".tmp")
+        try:
+            raw = os.fdopen(fd, "w+b")
+            stream: Any = (io.TextIOWrapper(raw, encoding="utf-8", newline=newline)
+                           if text else raw)
+            with stream:
+                yield stream
+                stream.flush()
+                os.fchmod(raw.fileno(), mode)
+                os.fsync(raw.fileno())
+            refuse_planted(directory, path)
+            os.replace(tmp, path.name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=directory)
+            raise
+
+
+def write_bytes(path: Path, data: bytes, mode: int = 0o644, *, dir_fd: int | None = None) -> None:
+    """Write ``data`` to ``path`` so readers see either the old file or the new one.
+
+    :func:`writing` with the whole contents at hand: never through a link, the
+    directory checked, the old entry judged, the new file renamed into place.
+    """
+    with writing(Path(path), mode=mode, dir_fd=dir_fd) as fh:
+        fh.write(data)
+
+
+def write_text(path: Path, text: str, mode: int = 0o644) -> None:
+    """:func:`write_bytes` of ``text`` in UTF-8."""
+    write_bytes(path, text.encode(), mode)
+
+
+@contextlib.contextmanager
+def staged(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
+    """A name for a library that writes only by file name; what it writes then becomes ``path``.
+
+    Keras's ``model.save(name)`` opens ``name`` itself (and wants it to end in
+    ``.keras``). It is given ``<private dir>/<path's name>``: a directory of ours,
+    mode 0700, made new inside ``path``'s checked directory and reached through
+    its descriptor (``/proc/self/fd/N``), so no one else can plant anything in it
+    and no link on the way is looked up again. After the block the file left there
+    must be a regular file of ours with one link; it is given ``mode``, ``fsync``-ed
+    and renamed over ``path`` (whose old entry was judged by :func:`refuse_planted`).
+    The private directory is removed whatever happens.
+    """
+    path = Path(path)
+    with parent_fd(path, create=True) as directory:
+        refuse_planted(directory, path)
+        private = ""
+        for _ in range(100):
+            private = f".{path.name}.{secrets.token_hex(6)}.d"
+            try:
+                os.mkdir(private, 0o700, dir_fd=directory)
+                break
+            except FileExistsError:
+                continue
+        inner = os.open(private, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=directory)
+        try:
+            yield Path(f"/proc/self/fd/{inner}") / path.name
+            fd = open_file(path, os.O_RDONLY, dir_fd=inner)
+            try:
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            refuse_planted(directory, path)
+            os.replace(path.name, path.name, src_dir_fd=inner, dst_dir_fd=directory)
+        finally:
+            os.close(inner)
+            with contextlib.suppress(OSError):
+                shutil.rmtree(private, dir_fd=directory)
+
+
+@contextlib.contextmanager
+def scratch(name: str) -> Iterator[Path]:
+    """A name in a new private directory (0700, ours), removed afterwards: output no one keeps.
+
+    Under MultiWorkerMirroredStrategy every worker must call Keras's ``model.save``;
+    only the chief's copy is kept (:func:`staged`), the others write here.
+    """
+    with tempfile.TemporaryDirectory(prefix="workloads-scratch-") as private:
+        yield Path(private) / Path(name).name
+
+
+def open_for_writing(path: Path, *, newline: str | None = None) -> TextIO:
+    """A text file at ``path``, emptied, for a writer whose readers watch it grow.
+
+    The GPU monitor's CSV must show every finished sample while the benchmark
+    runs, so it cannot be a temporary renamed at the end: it is opened in its
+    checked directory (made where missing) without following a link and must be a
+    regular file of ours with one link (:func:`open_file`), then truncated.
+    """
+    path = Path(path)
+    with parent_fd(path, create=True) as directory:
+        fd = open_file(path, os.O_WRONLY | os.O_CREAT, dir_fd=directory)
+    try:
+        os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, "w", encoding="utf-8", newline=newline)  # the caller closes
+
+
+def probe_directory(path: Path) -> None:
+    """Make ``path``'s directory where missing and show a new file can be created in it.
+
+    For a long run's output, checked before the run rather than after: the
+    directory walked and checked (:func:`parent_fd`), a temporary created in it
+    and removed at once. Raises :class:`UnsafePath` or ``OSError``.
+    """
+    with parent_fd(Path(path), create=True) as directory:
+        fd, name = _new_temporary(directory, ".probe-")
+        os.close(fd)
+        os.unlink(name, dir_fd=directory)

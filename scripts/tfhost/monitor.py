@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from workloads import safefs
 from workloads.bounded import BadInput, parse_number, read_csv_table
 from workloads.errors import clip
 
@@ -112,9 +113,12 @@ class GpuMonitor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gpu-monitor", daemon=True)
         self._error: BaseException | None = None
+        self._stream: TextIO | None = None
 
     def start(self) -> GpuMonitor:
-        self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+        # Opened here, not in the thread: a link planted at the CSV's name is refused in one
+        # line before the benchmark starts (safefs: checked directory, no link, ours alone).
+        self._stream = safefs.open_for_writing(self.csv_path, newline="")
         self._thread.start()
         return self
 
@@ -128,7 +132,8 @@ class GpuMonitor:
 
     def _loop(self) -> None:
         try:
-            with open(self.csv_path, "w", newline="") as fh:
+            assert self._stream is not None  # opened by start()
+            with self._stream as fh:
                 writer = csv.DictWriter(fh, fieldnames=COLUMNS)
                 writer.writeheader()
                 # time_s counts from the first sample, so the first row is 0.0 however long

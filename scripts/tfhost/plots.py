@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tfhost.scaling import ScalePoint
+from workloads import safefs
 
 DPI = 120
 CPU_COLOUR = "#4c72b0"
@@ -30,10 +31,12 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    _pyplot().close(fig)
+    try:
+        with safefs.writing(path) as fh:  # never through a link planted at the name
+            fig.savefig(fh, format=path.suffix.lstrip(".") or "png", dpi=DPI)
+    finally:
+        _pyplot().close(fig)
     return path
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from tfhost import plots
 from tfhost.monitor import read_samples
 from tfhost.scaling import ScalePoint, read_summary, summarise
+from workloads import safefs
 from workloads.bounded import (
     REPORT_VALUES_MAX,
     Allowance,
@@ -107,7 +108,7 @@ def render_records(inputs: Sequence[Path], out_dir: Path) -> list[Path]:
     """Draw every figure the inputs allow and write ``report.md``; returns the files written."""
     found = collect(inputs)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    safefs.ensure_directory(out_dir)
     written: list[Path] = []
     scaling_tables: list[tuple[str, str, list[ScalePoint]]] = []
 

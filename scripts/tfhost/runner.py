@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from workloads import safefs
 from workloads.errors import WorkloadError, clip
 
 RESULTS_MOUNT = "/results"
@@ -299,7 +300,12 @@ def _stop_on_timeout(container: Any, flag: threading.Event) -> None:
 def _ensure_results_dir(path: Path) -> None:
     """Create the results directory as the calling user (not as root via the engine)."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        safefs.ensure_directory(path)  # one component at a time, each checked
+    except safefs.UnsafePath as exc:
+        raise WorkloadError(
+            f"cannot create the results directory {exc.path} ({exc.reason})",
+            "choose a writable --results directory",
+        ) from None
     except OSError as exc:
         raise WorkloadError(
             f"cannot create the results directory {path} ({exc.strerror or exc})",

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workloads import safefs
 from workloads.bounded import BadInput, read_json
 from workloads.errors import WorkloadError, clip
 from workloads.records import atomic_write_bytes, read_record, utc_now
@@ -176,7 +177,7 @@ def run_study(plan: StudyPlan, out_dir: Path, launch: Launcher = run_locally,
     """
     from tfhost.monitor import csv_beside, monitoring
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    safefs.ensure_directory(out_dir)
     done: list[tuple[int, Path]] = []
     for count in plan.counts:
         record = out_dir / record_name(plan, count)
@@ -253,7 +254,7 @@ def write_summary(points: Sequence[ScalePoint], plan: StudyPlan, out_dir: Path) 
     json_path = out_dir / SUMMARY_JSON
     atomic_write_bytes(json_path, (json.dumps(summary, indent=2) + "\n").encode())
     csv_path = out_dir / SUMMARY_CSV
-    with open(csv_path, "w", newline="") as fh:
+    with safefs.writing(csv_path, text=True, newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(ScalePoint.__dataclass_fields__))
         writer.writeheader()
         for point in points:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workloads import safefs
 from workloads.cifar10.batches import ROWS_MAX
 from workloads.cifar10.data import TEST_MEMBER, TRAIN_MEMBERS
 
@@ -70,8 +71,7 @@ def write_archive(
         {b"label_names": LABEL_NAMES, b"num_cases_per_batch": len(x_train) // 5, b"num_vis": 3072},
         protocol=2,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:gz") as tar:
+    with safefs.writing(path) as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
         for name, payload in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(payload)

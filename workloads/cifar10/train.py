@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workloads import netbind
+from workloads import netbind, safefs
 from workloads.cifar10 import data as cifar_data
 from workloads.cifar10 import multiworker, synthetic
 from workloads.cifar10.models import MODELS, ModelSpec
@@ -506,10 +506,7 @@ def _save(model: Any, path: str, placement: Placement) -> None:
     Under MultiWorkerMirroredStrategy every worker must take part in saving; only the
     chief's copy is kept, the others write to a temporary directory.
     """
-    if placement.is_chief:
-        model.save(path)
-        return
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save(str(Path(tmp) / Path(path).name))
+    # Keras writes by name: into a private directory, then checked and placed (safefs).
+    with (safefs.staged(Path(path)) if placement.is_chief
+          else safefs.scratch(Path(path).name)) as name:
+        model.save(str(name))

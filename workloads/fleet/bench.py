@@ -30,6 +30,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from workloads import safefs
 from workloads.cli import positive_int
 from workloads.records import ensure_writable, new_record, write_record
 
@@ -102,13 +103,13 @@ def run_scale(args: argparse.Namespace) -> int:
     figures: dict[str, Any] = {"hosts": args.hosts, "gpus_per_host": args.gpus}
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        run_dir.mkdir()
+        safefs.ensure_directory(run_dir)
         start = time.perf_counter()
         for index in range(args.hosts):
             host = f"gpu{index:05d}"
             slow = rng.randrange(args.gpus) if index % 50 == 7 else None
-            (run_dir / f"{host}.json").write_text(
-                json.dumps(synthetic_record(host, args.gpus, rng, slow), indent=1))
+            text = json.dumps(synthetic_record(host, args.gpus, rng, slow), indent=1)
+            safefs.write_text(run_dir / f"{host}.json", text)
         figures["write_records_s"] = time.perf_counter() - start
         sizes = [p.stat().st_size for p in run_dir.glob("*.json")]
         figures["record_bytes"] = sizes[0]

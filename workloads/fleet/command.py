@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workloads import printable
 from workloads.fleet.baselines import load_baselines, write_baselines
 from workloads.fleet.history import host_histories, load_runs
 from workloads.fleet.inventory import run_inventory
@@ -58,11 +59,11 @@ def render_history(directory: Path, output: Path | None) -> tuple[str, Path]:
 
 def summary_line(fleet: FleetVerdict) -> str:
     counts = fleet.counts()
-    failing = [v.host for v in fleet.verdicts if v.verdict == "fail"]
-    warning = [v.host for v in fleet.verdicts if v.verdict == "warn"]
+    failing = [printable.line(v.host) for v in fleet.verdicts if v.verdict == "fail"]
+    warning = [printable.line(v.host) for v in fleet.verdicts if v.verdict == "warn"]
     line = f"fleet: {counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail"
     if failing:
         line += f"; fail: {', '.join(failing[:10])}{' ...' if len(failing) > 10 else ''}"
     if warning:
         line += f"; warn: {', '.join(warning[:10])}{' ...' if len(warning) > 10 else ''}"
-    return line + (f"\n{fleet.note}" if fleet.note else "")
+    return line + (f"\n{printable.line(fleet.note, 400)}" if fleet.note else "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 
+from workloads import printable
 from workloads.fleet.baselines import DRIFT_WARN
 from workloads.fleet.history import HostHistory, Run
 
@@ -23,23 +24,27 @@ def _change(history: HostHistory, name: str) -> str:
 
 def render_text(runs: list[Run], histories: list[HostHistory]) -> str:
     """One block per host: a row per figure, a column per run, the baseline and the change."""
-    width = max([10, *(len(run.name) for run in runs)])
-    lines = [f"{len(runs)} run(s), oldest first: {', '.join(run.name for run in runs)}; "
+    names = [printable.line(run.name, 40) for run in runs]
+    width = max([10, *(len(name) for name in names)])
+    lines = [f"{len(runs)} run(s), oldest first: {', '.join(names)}; "
              f"per-GPU figures are the host's worst GPU; a figure {DRIFT_WARN:.0%} or more "
              "below its baseline is marked"]
     for history in histories:
         since = (f"baseline {history.baseline_started}" if history.baseline_started
                  else "no baseline yet")
-        lines += ["", f"{history.host} ({history.group}), {since}"]
-        label = max([6, *(len(name) for name in history.series)])
+        lines += ["", f"{printable.line(history.host)} ({printable.line(history.group)}), "
+                  f"{printable.line(since)}"]
+        series = {printable.line(name): name for name in history.series}
+        label = max([6, *(len(name) for name in series)])
         header = f"  {'figure':<{label}}  {'baseline':>{width}}" + "".join(
-            f"  {run.name:>{width}}" for run in runs) + "  last vs baseline"
+            f"  {name:>{width}}" for name in names) + "  last vs baseline"
         lines.append(header)
         lines.append(f"  {'verdict':<{label}}  {'':>{width}}" + "".join(
-            f"  {verdict or '-':>{width}}" for verdict in history.verdicts))
-        for name, values in history.series.items():
+            f"  {printable.line(verdict or '-', 20):>{width}}" for verdict in history.verdicts))
+        for shown, name in series.items():
+            values = history.series[name]
             level = history.level(name)
-            lines.append(f"  {name:<{label}}  {_figure(history.baseline[name]):>{width}}"
+            lines.append(f"  {shown:<{label}}  {_figure(history.baseline[name]):>{width}}"
                          + "".join(f"  {_figure(v):>{width}}" for v in values)
                          + f"  {_change(history, name):>16}"
                          + (f"  {MARKS[level]}" if level else ""))
@@ -57,7 +62,8 @@ td:first-child, th:first-child { text-align: left; }
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Record text for HTML: controls and bidi shown (:mod:`workloads.printable`), then escaped."""
+    return html.escape(printable.line(text, 2000), quote=True)
 
 
 def render_html(runs: list[Run], histories: list[HostHistory], title: str) -> str:

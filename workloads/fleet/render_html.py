@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 
+from workloads import printable
 from workloads.fleet.model import Figure, FleetVerdict, SeriesStats
 from workloads.fleet.outliers import MIN_GROUP
 from workloads.fleet.verdict import small_group_note
@@ -35,11 +36,13 @@ details.evidence summary { cursor: pointer; } details.evidence ul { color: #555;
 table.pairs td { text-align: right; font-variant-numeric: tabular-nums; }
 table.pairs td.warn { background: #ffe0b2; } table.pairs td.fail { background: #ffcdd2; }
 """
+HTML_FIELD_MAX = 2000  # a reason with its rows; a host name is far shorter
 MAX_PAIR_DEVICES = 72  # an NVL72 domain; a record claiming more is not drawn
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Record text for HTML: controls and bidi shown (:mod:`workloads.printable`), then escaped."""
+    return html.escape(printable.line(text, HTML_FIELD_MAX), quote=True)
 
 
 def _badge(verdict: str) -> str:

@@ -8,22 +8,23 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from workloads import printable
 from workloads.fleet.model import FleetVerdict
 from workloads.fleet.verdict import small_group_note
 
 
 def render_markdown(fleet: FleetVerdict, title: str) -> str:
     counts = fleet.counts()
-    lines = [f"# {title}", ""]
+    lines = [f"# {_cell(title)}", ""]
     if fleet.note:
-        lines += [f"> **{fleet.note}**", ""]
+        lines += [f"> **{_cell(fleet.note)}**", ""]
     lines += [f"**{counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail** "
               f"({len(fleet.verdicts)} hosts)", ""]
     bad = sorted((v for v in fleet.verdicts if v.verdict != "pass"),
                  key=lambda v: (v.verdict != "fail", v.host))
     if bad:
         lines += ["| host | hardware | verdict | why |", "| --- | --- | --- | --- |"]
-        lines += [f"| {_cell(v.host)} | {_cell(v.group)} | **{v.verdict}** | "
+        lines += [f"| {_cell(v.host)} | {_cell(v.group)} | **{_cell(v.verdict)}** | "
                   f"{'<br>'.join(_cell(r) for r in v.reasons)} |" for v in bad]
         lines.append("")
     for group in fleet.small_groups:
@@ -34,13 +35,20 @@ def render_markdown(fleet: FleetVerdict, title: str) -> str:
     for s in sorted(fleet.stats, key=lambda s: (s.group, s.series)):
         median = f"{s.median:.4g}" if s.median is not None else "n/a"
         low = f"{s.low_bound:.4g}" if s.low_bound is not None else "n/a"
-        lines.append(f"| {s.group} | {s.series} | {s.hosts} | {median} | {low} |")
+        lines.append(f"| {_cell(s.group)} | {_cell(s.series)} | {s.hosts} | {median} | {low} |")
     return "\n".join(lines) + "\n"
 
 
 def _cell(text: str) -> str:
-    """Text for a Markdown table cell: a `|` or a line break would end the cell early."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Record text for Markdown: controls shown (:mod:`workloads.printable`), a `|` escaped.
+
+    A line break or a `|` would end the cell early; an ESC would reach whoever runs
+    ``cat fleet.md``.
+    """
+    return printable.line(text, MARKDOWN_FIELD_MAX).replace("|", "\\|")
+
+
+MARKDOWN_FIELD_MAX = 2000  # a reason with its rows; a host name is far shorter
 
 
 def figure_rows(fleet: FleetVerdict) -> list[dict[str, Any]]:
@@ -61,7 +69,8 @@ def render_csv(fleet: FleetVerdict) -> str:
     fields = ["host", "group", "check", "device", "value", "unit", "limit", "verdict", "outlier"]
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(figure_rows(fleet))
+    writer.writerows({key: printable.line(value, MARKDOWN_FIELD_MAX) if isinstance(value, str)
+                      else value for key, value in row.items()} for row in figure_rows(fleet))
     return buffer.getvalue()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import psweep as ps
 
+from workloads import safefs
 from workloads.bounded import BadInput, read_json
 from workloads.records import atomic_write_bytes
 from workloads.sweep.contact_sheet import has_images, render_contact_sheet
@@ -30,7 +31,7 @@ def render_sweep_report(sweep_dir: Path, out_dir: Path | None = None) -> list[Pa
     """Write every report file of the sweep in ``sweep_dir``; return their paths."""
     view = load_sweep(Path(sweep_dir))
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    safefs.ensure_directory(out)
     throughput = overall(by_invocation(view.frame))
     scaling = _read_scaling(Path(sweep_dir))
     headline = _headline(view, throughput)

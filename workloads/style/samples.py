@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
+from workloads import safefs
 from workloads.style.images import SAMPLE_CONTENT, SAMPLE_STYLE, encode_png
 
 CONTENT_SIZE = (320, 240)
@@ -121,11 +122,10 @@ def swirls(size: tuple[int, int] = STYLE_SIZE, strokes: int = 2600) -> Image.Ima
 
 def write_assets(directory: Path) -> list[Path]:
     """Write both samples into ``directory`` (the package's assets folder by default)."""
-    directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, image in ((SAMPLE_CONTENT, landscape()), (SAMPLE_STYLE, swirls())):
         path = directory / name
-        path.write_bytes(encode_png(np.asarray(image)))
+        safefs.write_bytes(path, encode_png(np.asarray(image)))
         written.append(path)
     return written
 

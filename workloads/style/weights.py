@@ -16,6 +16,7 @@ import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 
+from workloads import safefs
 from workloads.bounded import BadInput, read_head
 from workloads.download import ChecksumMismatch, fetch_verified, md5sum, pace_from_env
 from workloads.errors import WorkloadError, clip
@@ -127,7 +128,12 @@ def verify(path: Path) -> None:
 def download(url: str, target: Path) -> Path:
     """Fetch into the cache; the file appears only once its MD5 is right."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        safefs.ensure_directory(target.parent)  # one component at a time, checked
+    except safefs.UnsafePath as exc:
+        raise WorkloadError(
+            f"cannot create the weights cache {exc.path} ({exc.reason})",
+            "set WORKLOADS_CACHE to a directory of yours",
+        ) from None
     except OSError as exc:
         raise WorkloadError(
             f"cannot create the weights cache {target.parent} ({exc.strerror or exc})",

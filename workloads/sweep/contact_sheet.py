@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from workloads import safefs
 from workloads.sweep.expand import format_value
 from workloads.sweep.results import SweepView
 
@@ -76,9 +77,11 @@ def render_contact_sheet(view: SweepView, path: Path, subtitle: str = "") -> Pat
              "the others at the centre (red)")
     fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        with safefs.writing(path) as fh:  # never through a link planted at the name
+            fig.savefig(fh, format="png", dpi=100)
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -38,7 +38,7 @@ from workloads.bounded import BadInput, open_untrusted, read_at_most
 from workloads.errors import WorkloadError
 from workloads.pickle_walk import PickleLimits, UnsafePickle, check_pickle
 from workloads.records import atomic_write_bytes
-from workloads.safefs import UnsafePath
+from workloads.safefs import UnsafePath, directory_fd
 from workloads.sweep.lock import DATABASE_LOCK, exclusive
 
 DATABASE = "database.pk"
@@ -157,9 +157,15 @@ class SweepDatabase:
     def read(self) -> pd.DataFrame:
         """The whole database; an empty frame before the first run has ended.
 
-        The directory and the file are checked first (:func:`check_trusted`).
+        The directory and the file are checked first (:func:`check_trusted`), and
+        then the directory by the rule ``sweep --dir`` applies
+        (:func:`workloads.safefs.trusted_directory`: every directory above it walked
+        and judged too), so ``workloads report`` reads no database from a directory
+        the sweep refuses.
         """
         check_trusted(self.directory)
+        with directory_fd(self.directory):
+            pass
         df = _load(self.path)
         return pd.DataFrame(dtype=object) if df is None else df
 

@@ -38,6 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workloads import printable
 from workloads.errors import WorkloadError
 
 EPILOG = """\
@@ -229,13 +230,15 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
         print(json.dumps(record, indent=1, default=str))
     else:
         if kept.note:
-            print(f"note: {kept.note}")
+            print(f"note: {printable.line(kept.note, 400)}")
         for item in cleared:
-            print(f"cleared: {item.device} {item.item} ({item.action})")
+            print(f"cleared: {printable.line(item.device)} {printable.line(item.item)} "
+                  f"({printable.line(item.action)})")
         shown = sorted(done.findings, key=lambda f: -SEVERITY[f.verdict])
         for f in shown:
             if f.verdict in (FAIL, "warn") or len(shown) < 12:
-                print(f"{f.verdict.upper():5} {f.device:>14}  {f.item:<14} {f.reason}")
+                print(f"{f.verdict.upper():5} {printable.line(f.device):>14}  "
+                      f"{printable.line(f.item):<14} {printable.line(f.reason, 400)}")
         print(f"{verdict.upper()}: {len(failures)} failing, {done.seconds:.1f} s"
               f" ({done.scan.source})")
         if action:

@@ -151,21 +151,7 @@ def save(path: Path, state: State) -> None:
     state.runs += 1
     state.last_run = time.time()
     with _directory(path) as dir_fd:
-        temporary = f".{path.name}.{os.getpid()}"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary, dir_fd=dir_fd)
-        fd = safefs.open_file(path.parent / temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                              0o600, dir_fd=dir_fd)
-        try:
-            with os.fdopen(fd, "w") as stream:
-                stream.write(state.as_json())
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=dir_fd)
-            raise
+        safefs.write_bytes(path, state.as_json().encode(), 0o600, dir_fd=dir_fd)
 
 
 def prepare(path: Path) -> None:

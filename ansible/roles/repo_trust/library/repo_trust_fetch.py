@@ -58,6 +58,45 @@ size:
 """
 
 
+REASON_MAX = 120  # the reason phrase shown: a server's is a few words
+
+
+def shown(text: object, limit: int = REASON_MAX) -> str:
+    """What the key server said (its reason phrase), as one printable line of at most ``limit``.
+
+    The same rule as ``workloads/printable.py`` (a module runs alone on the host and
+    can import nothing of ``workloads``; ``tests/test_choke_points.py`` checks that
+    the two agree): every character Python does not call printable (ESC, BEL, the C1
+    controls 0x80-0x9f, bidi overrides, line breaks) becomes its escape (``\\x1b``),
+    a backslash ``\\\\``, and a longer text keeps its start, ``...`` and its end.
+    Ansible prints the failure message to the terminal as it is.
+    """
+    raw = text if isinstance(text, str) else str(text)
+    if len(raw) > 4 * limit:
+        head, tail = raw[:2 * limit], raw[-2 * limit:]
+        out = "".join(map(_escape, head)) + "..." + "".join(map(_escape, tail))
+    else:
+        out = "".join(map(_escape, raw))
+    if len(out) <= limit:
+        return out
+    if limit <= 3:
+        return out[:limit]
+    kept = (limit - 3) // 3
+    rest = limit - 3 - kept
+    return out[:kept] + "..." + (out[-rest:] if rest else "")
+
+
+def _escape(char: str) -> str:
+    if char == "\\":
+        return "\\\\"
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 class _Expired(BaseException):
     """The fetch ran past its deadline (raised from SIGALRM, in the module's main thread).
 
@@ -74,9 +113,9 @@ def _fetch(module: AnsibleModule, url: str, max_bytes: int) -> bytes:
     """The body of ``url``, at most ``max_bytes``; every failure is ``fail_json``, one line."""
     response, info = fetch_url(module, url, timeout=module.params["timeout"])
     if response is None or info.get("status") != 200:
-        module.fail_json(msg=f"Fetching {url} failed: HTTP {info.get('status')} "
-                             f"{info.get('msg', '')}. Fix: check the key URL and that the host "
-                             "reaches it.", status=info.get("status"))
+        module.fail_json(msg=f"Fetching {shown(url)} failed: HTTP {shown(info.get('status'), 12)} "
+                             f"{shown(info.get('msg', ''))}. Fix: check the key URL and that the "
+                             "host reaches it.", status=info.get("status"))
     chunks, total = [], 0
     while total <= max_bytes:  # in pieces: read(n) would allocate n up front
         chunk = response.read(min(1 << 16, max_bytes + 1 - total))
@@ -105,17 +144,17 @@ def main() -> None:
     try:
         body = _fetch(module, url, max_bytes)
     except _Expired:
-        module.fail_json(msg=f"Fetching {url} took more than {deadline} s (the server answers too "
-                             "slowly). Fix: check the key URL, or raise repo_trust_fetch's "
-                             "deadline.")
+        module.fail_json(msg=f"Fetching {shown(url)} took more than {deadline} s (the server "
+                             "answers too slowly). Fix: check the key URL, or raise "
+                             "repo_trust_fetch's deadline.")
     except (http.client.HTTPException, OSError, ValueError) as exc:
-        module.fail_json(msg=f"Fetching {url} failed: the server's response broke off or is not "
-                             f"HTTP ({type(exc).__name__}). Fix: check the key URL.")
+        module.fail_json(msg=f"Fetching {shown(url)} failed: the server's response broke off or "
+                             f"is not HTTP ({type(exc).__name__}). Fix: check the key URL.")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     if len(body) > max_bytes:
-        module.fail_json(msg=f"{url} served more than {max_bytes} bytes, which no "
+        module.fail_json(msg=f"{shown(url)} served more than {max_bytes} bytes, which no "
                              "key file is. Fix: check the key URL.")
     module.exit_json(changed=False, content_base64=base64.b64encode(body).decode("ascii"),
                      size=len(body), status=200)

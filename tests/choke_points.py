@@ -1,0 +1,244 @@
+"""Every file write, untrusted read and raw print in a tree's source, outside the choke points.
+
+Used by ``tests/test_choke_points.py`` (which fails on any finding not allowed there,
+with a reason) and runnable alone (``python -m tests.choke_points [ROOT]``) to list
+what a tree holds. What it flags, by rule, is what the three choke points exist for:
+
+write (only ``workloads/safefs.py`` writes files)
+    ``open``/``io.open``/``os.fdopen``/``Path.open``/``tarfile.open``/``gzip.open`` with a
+    mode holding ``w``, ``a``, ``x`` or ``+``; ``os.open`` whose flags name ``O_WRONLY``,
+    ``O_RDWR``, ``O_CREAT``, ``O_APPEND`` or ``O_TRUNC``; ``.write_text``/``.write_bytes``
+    (but ``safefs.``'s own); ``mkdir``/``makedirs``; ``os.replace``/``os.rename``/
+    ``shutil.copy*``/``shutil.move``; ``tempfile.mkstemp``/``NamedTemporaryFile``;
+    pandas' ``.to_csv``/``.to_json``/``.to_pickle`` given a target; and ``savefig`` or
+    ``.save`` unless their first argument (``str()`` of it included) is a name bound
+    by ``with safefs.<function>(...) as NAME`` around the call or assigned from
+    ``io.BytesIO()`` in the same function (a library writing into memory, or into a
+    file or a private name that safefs then places).
+read (only ``workloads/bounded.py`` and ``workloads/pickle_walk.py`` decode untrusted bytes)
+    ``json.load``, ``yaml.load``/``safe_load``/``full_load``/``unsafe_load``/
+    ``load_all``/``safe_load_all``, ``pickle.load``/``loads``, ``csv.reader``/
+    ``DictReader``, ``numpy.load``, ``pandas.read_csv``/``read_json``/``read_pickle``,
+    ``Path.read_text``/``read_bytes``.
+print (only ``workloads/printable.py`` makes record text printable)
+    ``print``, ``sys.stdout.write``/``sys.stderr.write`` and ``module.fail_json``/
+    ``warn`` whose argument holds a record field: a subscript by such a name
+    (``record["host"]``), a ``.get("reason")``, or an attribute named as a record's
+    fields are (:data:`RECORD_FIELDS`: ``host``, ``reason``, ``error``, ``device``, ...),
+    not wrapped in a call that makes it printable (``printable.line``, ``clip``,
+    ``brief``, ``one_line``, ``shown``).
+
+A finding is ``(path, rule, function, line, source)``; the allow-list in the test
+names ``(path, rule, function)``, so a line moving does not break it.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+CHOKE_POINTS = {
+    "write": {"workloads/safefs.py"},
+    "read": {"workloads/bounded.py", "workloads/pickle_walk.py"},
+    "print": {"workloads/printable.py"},
+}
+
+WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
+OPEN_MODE_SECOND = {"open", "io.open", "os.fdopen", "tarfile.open", "gzip.open", "bz2.open",
+                    "lzma.open", "codecs.open", "zipfile.ZipFile"}
+PLACING = {"os.replace", "os.rename", "shutil.copy", "shutil.copy2", "shutil.copyfile",
+           "shutil.move", "tempfile.mkstemp", "tempfile.NamedTemporaryFile", "os.makedirs",
+           "os.mkdir"}
+READERS = {"json.load", "yaml.load", "yaml.safe_load", "yaml.full_load", "yaml.unsafe_load",
+           "yaml.load_all", "yaml.safe_load_all", "pickle.load", "pickle.loads", "csv.reader",
+           "csv.DictReader", "np.load", "numpy.load", "pd.read_csv", "pd.read_json",
+           "pd.read_pickle", "pandas.read_csv", "pandas.read_json", "pandas.read_pickle"}
+RECORD_FIELDS = {"host", "hostname", "reason", "reasons", "error", "group", "note", "msg",
+                 "message", "device", "item", "detail", "details"}
+SANITIZERS = {"line", "clip", "brief", "one_line", "shown", "printable", "shorten"}
+SCOPES = ("workloads", "scripts", "ansible/filter_plugins", "ansible/library")
+
+
+@dataclass(frozen=True)
+class Finding:
+    path: str
+    rule: str
+    function: str
+    line: int
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line} [{self.rule}] in {self.function}: {self.source}"
+
+
+def dotted(node: ast.AST) -> str:
+    """``a.b.c`` for a name or attribute chain; ``""`` for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        owner = dotted(node.value)
+        return f"{owner}.{node.attr}" if owner else f"?.{node.attr}"
+    if isinstance(node, ast.Call):
+        inner = dotted(node.func)
+        return f"{inner}()" if inner else ""
+    return ""
+
+
+def _mode(call: ast.Call, position: int) -> str | None:
+    for keyword in call.keywords:
+        if keyword.arg == "mode" and isinstance(keyword.value, ast.Constant):
+            return str(keyword.value.value)
+    given = call.args[position] if len(call.args) > position else None
+    return str(given.value) if isinstance(given, ast.Constant) else None
+
+
+def _writes(mode: str | None) -> bool:
+    return mode is not None and any(c in mode for c in "wax+")
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.attr if isinstance(n, ast.Attribute) else n.id
+            for n in ast.walk(node) if isinstance(n, ast.Name | ast.Attribute)}
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, path: str, lines: list[str]) -> None:
+        self.path = path
+        self.lines = lines
+        self.found: list[Finding] = []
+        self.functions: list[str] = ["<module>"]
+        self.placed: list[set[str]] = [set()]  # names a safefs with-block or BytesIO gives
+
+    def _flag(self, rule: str, node: ast.AST) -> None:
+        line = getattr(node, "lineno", 0)
+        source = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        self.found.append(Finding(self.path, rule, self.functions[-1], line, source[:120]))
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.functions.append(node.name if self.functions[-1] == "<module>"
+                              else f"{self.functions[-1]}.{node.name}")
+        memory = {t.id for n in ast.walk(node) if isinstance(n, ast.Assign)
+                  and isinstance(n.value, ast.Call) and dotted(n.value.func).endswith("BytesIO")
+                  for t in n.targets if isinstance(t, ast.Name)}
+        self.placed.append(self.placed[-1] | memory)
+        self.generic_visit(node)
+        self.placed.pop()
+        self.functions.pop()
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.functions.append(node.name)
+        self.generic_visit(node)
+        self.functions.pop()
+
+    def _with(self, node: ast.With | ast.AsyncWith) -> None:
+        bound = set()
+        for item in node.items:
+            name = dotted(item.context_expr.func) if isinstance(item.context_expr, ast.Call) else ""
+            if name.startswith("safefs.") and isinstance(item.optional_vars, ast.Name):
+                bound.add(item.optional_vars.id)
+            choice = item.context_expr
+            if isinstance(item.optional_vars, ast.Name) and isinstance(choice, ast.IfExp):
+                branches = (choice.body, choice.orelse)
+                if all(isinstance(b, ast.Call) and dotted(b.func).startswith("safefs.")
+                       for b in branches):
+                    bound.add(item.optional_vars.id)
+        self.placed.append(self.placed[-1] | bound)
+        self.generic_visit(node)
+        self.placed.pop()
+
+    visit_With = _with
+    visit_AsyncWith = _with
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = dotted(node.func)
+        attr = node.func.attr if isinstance(node.func, ast.Attribute) else name
+        self._write_rules(node, name, attr)
+        self._read_rules(node, name, attr)
+        self._print_rules(node, name, attr)
+        self.generic_visit(node)
+
+    def _write_rules(self, node: ast.Call, name: str, attr: str) -> None:
+        if name in OPEN_MODE_SECOND:
+            into = [k.value for k in node.keywords if k.arg == "fileobj"]
+            placed = bool(into) and all(isinstance(v, ast.Name) and v.id in self.placed[-1]
+                                        for v in into)
+            flagged = _writes(_mode(node, 1)) and not placed
+        elif attr == "open" and name != "os.open" and not name.startswith("safefs."):
+            flagged = _writes(_mode(node, 0))  # Path.open(mode)
+        elif name == "os.open":
+            flagged = len(node.args) > 1 and bool(_names(node.args[1]) & WRITE_FLAGS)
+        elif attr in ("write_text", "write_bytes"):
+            flagged = not name.startswith("safefs.")
+        elif attr in ("to_csv", "to_json", "to_pickle"):
+            flagged = isinstance(node.func, ast.Attribute) and bool(node.args or any(
+                k.arg in ("path_or_buf", "path") for k in node.keywords))
+        elif attr in ("savefig", "save"):
+            target = node.args[0] if node.args else None
+            if isinstance(target, ast.Call) and dotted(target.func) == "str" and target.args:
+                target = target.args[0]
+            flagged = not (isinstance(target, ast.Name) and target.id in self.placed[-1])
+        else:
+            flagged = attr in ("mkdir", "makedirs") or name in PLACING
+        if flagged:
+            self._flag("write", node)
+
+    def _read_rules(self, node: ast.Call, name: str, attr: str) -> None:
+        if name in READERS or attr in ("read_text", "read_bytes"):
+            self._flag("read", node)
+
+    def _print_rules(self, node: ast.Call, name: str, attr: str) -> None:
+        printing = (name == "print" or name in ("sys.stdout.write", "sys.stderr.write")
+                    or attr in ("fail_json", "warn"))
+        if not printing:
+            return
+        values = list(node.args) + [k.value for k in node.keywords
+                                    if k.arg not in ("file", "end", "sep", "flush")]
+        if any(_raw_field(value) for value in values):
+            self._flag("print", node)
+
+
+def _raw_field(node: ast.AST) -> bool:
+    """Does ``node`` hold a record field that no sanitising call wraps?"""
+    if isinstance(node, ast.Call):
+        callee = dotted(node.func).rsplit(".", 1)[-1]
+        if callee in SANITIZERS:
+            return False
+        if callee == "get" and node.args and isinstance(node.args[0], ast.Constant) \
+                and node.args[0].value in RECORD_FIELDS:
+            return True
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+            and node.slice.value in RECORD_FIELDS:
+        return True
+    if isinstance(node, ast.Attribute) and node.attr in RECORD_FIELDS:
+        return True
+    return any(_raw_field(child) for child in ast.iter_child_nodes(node))
+
+
+def python_files(root: Path) -> Iterator[Path]:
+    """The files the rules apply to: workloads/, scripts/, the Ansible modules and filters."""
+    for scope in SCOPES:
+        yield from sorted((root / scope).rglob("*.py"))
+    yield from sorted(root.glob("ansible/roles/*/library/*.py"))
+
+
+def scan(root: Path) -> list[Finding]:
+    """Every finding in the tree at ``root``, choke-point modules left out for their own rule."""
+    found: list[Finding] = []
+    for path in python_files(root):
+        relative = path.relative_to(root).as_posix()
+        text = path.read_text(encoding="utf-8")
+        visitor = _Visitor(relative, text.splitlines())
+        visitor.visit(ast.parse(text, filename=relative))
+        found += [f for f in visitor.found if relative not in CHOKE_POINTS[f.rule]]
+    return found
+
+
+if __name__ == "__main__":
+    for finding in scan(Path(sys.argv[1] if len(sys.argv) > 1 else ".")):
+        print(finding)

@@ -1,0 +1,162 @@
+"""One way to write a file, one way to read untrusted bytes, one way to print a record's text.
+
+``tests/choke_points.py`` walks the AST of ``workloads/``, ``scripts/`` and the Ansible
+modules and filters and lists every write, decode and raw print outside the modules
+made for them (its docstring says exactly what each rule flags). This test fails on
+any finding not in :data:`ALLOWED`, each entry of which says why that code may do it
+itself. So a new writer, reader or printer either goes through the choke point or
+argues its case here, in review. It reads source only: fast, no import of the code.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.choke_points import Finding, _Visitor, scan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (path, rule, function) -> why it may write, read or print there itself.
+ALLOWED: dict[tuple[str, str, str], str] = {
+    # --- writes ------------------------------------------------------------------------
+    ("workloads/accept/health/command.py", "write", "run"):
+        "state.save is workloads.accept.health.state.save, which writes by safefs.write_bytes",
+    ("workloads/accept/health/state.py", "write", "load"):
+        "sets an unreadable state file aside: a rename inside the directory checked by "
+        "safefs.trusted_directory (dir_fd on both sides), nothing created or followed",
+    ("workloads/netbind/library.py", "write", "private_directory"):
+        "makes the bind library's own 0700 directory by dir_fd inside a parent walked by "
+        "safefs.resolve_directory; the same rule, kept with the library's lookup",
+    ("workloads/netbind/library.py", "write", "_write_durably"):
+        "temporary in the private 0700 directory checked above (no one else can plant there)",
+    ("workloads/netbind/library.py", "write", "build"):
+        "the C compiler writes by name into the private 0700 directory; its output is "
+        "opened O_NOFOLLOW and checked as ours before it is renamed into place",
+    ("ansible/roles/repo_trust/library/repo_trust_entries.py", "write", "apply"):
+        "an Ansible module: runs alone on the managed host (can import nothing of "
+        "workloads), writes root's /etc/apt or /etc/yum.repos.d through atomic_move",
+    # --- reads: trusted inputs -------------------------------------------------------
+    ("workloads/accept/errors.py", "read", "uptime_minutes"): "/proc/uptime: the kernel's",
+    ("workloads/busy.py", "read", "cpu_times"): "/proc/stat: the kernel's",
+    ("workloads/envinfo.py", "read", "cpu_bf16_flags"): "/proc/cpuinfo: the kernel's",
+    ("workloads/hardware/aer.py", "read", "_hex"): "sysfs attribute: the kernel's, 4 KiB",
+    ("workloads/hardware/aer.py", "read", "read_counters"): "sysfs attribute: the kernel's",
+    ("workloads/hardware/kernel_log.py", "read", "boot_id"): "/proc boot_id: the kernel's",
+    ("workloads/hardware/reference.py", "read", "load"): "the package's own reference.yaml",
+    ("workloads/hardware/xid.py", "read", "load"): "the package's own xid.yaml",
+    ("workloads/netbind/library.py", "read", "library_name"): "the package's own C source",
+    ("workloads/sweep/explorer.py", "read", "render_explorer"): "the package's own template",
+    ("workloads/sweep/database.py", "read", "_load"):
+        "pickle.loads only after workloads.pickle_walk.check_pickle passed the opcode stream",
+    # --- reads: untrusted, to move onto workloads/bounded.py (issue 48, readers) -------
+    ("workloads/sweep/explorer.py", "read", "image_data_uri"):
+        "a run's image in the sweep directory (trusted_directory-checked); to be bounded",
+    ("workloads/sweep/runner.py", "read", "_last_error_line"):
+        "a run's own log in the sweep directory; to be read by bounded.py",
+    ("scripts/tfhost/monitor.py", "read", "read_samples"):
+        "the GPU monitor CSV: issue 48 names it; its cap belongs to the readers' change",
+    # --- prints of fields that are not from another machine ---------------------------
+    ("workloads/check.py", "print", "run"):
+        "the device name TensorFlow gives on this host, not a record's",
+    ("workloads/style/bench.py", "print", "run"):
+        "the device and backend this process ran on, not a record's",
+    ("workloads/style/command.py", "print", "run"):
+        "the device and backend this process ran on, not a record's",
+}
+
+
+def _key(finding: Finding) -> tuple[str, str, str]:
+    return (finding.path, finding.rule, finding.function)
+
+
+def test_nothing_writes_reads_or_prints_outside_the_choke_points() -> None:
+    found = [f for f in scan(ROOT) if _key(f) not in ALLOWED]
+    assert not found, "outside the choke points (route it through workloads/safefs.py, " \
+        "bounded.py or printable.py, or allow it in ALLOWED with a reason):\n" + \
+        "\n".join(map(str, found))
+
+
+def test_every_allowance_gives_a_reason() -> None:
+    assert all(len(why) > 20 for why in ALLOWED.values())
+
+
+# --- the scanner itself: each rule on a family of snippets ----------------------------
+
+FLAGGED = {
+    "write": [
+        'open(p, "w")', 'open(p, mode="a")', 'open(p, "r+")', 'io.open(p, "wb")',
+        'os.fdopen(fd, "w")', 'p.open("w")', 'p.open(mode="x")', 'tarfile.open(p, "w:gz")',
+        'gzip.open(p, "wb")', "os.open(p, os.O_WRONLY | os.O_CREAT)",
+        "os.open(p, flags | os.O_RDWR)", 'p.write_text("x")', 'p.write_bytes(b"x")',
+        "p.mkdir(parents=True)", "os.makedirs(p)", "os.mkdir(p)", "fig.savefig(p)",
+        'fig.savefig("x.png", dpi=1)', "model.save(p)", "model.save(str(p))",
+        "image.save(p)", "os.replace(a, b)", "shutil.copy(a, b)",
+        "tempfile.mkstemp(dir=d)", "frame.to_csv(p)", "frame.to_pickle(p)",
+    ],
+    "read": [
+        "json.load(fh)", "yaml.safe_load(text)", "yaml.load(fh, Loader=L)", "pickle.load(fh)",
+        "pickle.loads(data)", "csv.reader(fh)", "csv.DictReader(fh)", "np.load(p)",
+        "pd.read_csv(p)", "p.read_text()", "p.read_bytes()",
+    ],
+    "print": [
+        "print(record['host'])", 'print(f"{h.host} failed")', "print(row.get('reason'))",
+        "sys.stdout.write(v.error)", 'sys.stderr.write(f"{x.note}\\n")',
+        "module.fail_json(msg=f\"{info.get('msg')}\")", "print('x', h.device, sep='')",
+    ],
+}
+CLEAN = [
+    'open(p)', 'open(p, "rb")', "os.open(p, os.O_RDONLY)", "safefs.write_bytes(p, b'x')",
+    "json.loads(text)", "print(printable.line(h.host))", 'print(f"{clip(r.reason)}")',
+    "print(figures['read_s'])", "frame.to_csv()", "module.fail_json(msg=shown(info.get('msg')))",
+    "with safefs.writing(p) as fh:\n    fig.savefig(fh, format='png')",
+    "with safefs.staged(p) as name:\n    model.save(str(name))",
+    "with (safefs.staged(p) if c else safefs.scratch(n)) as name:\n    model.save(str(name))",
+    "def f():\n    buffer = io.BytesIO()\n    image.save(buffer, format='PNG')",
+    "with safefs.writing(p) as fh, tarfile.open(fileobj=fh, mode='w:gz') as tar:\n    pass",
+]
+
+
+def _rules(source: str) -> list[str]:
+    visitor = _Visitor("snippet.py", source.splitlines())
+    visitor.visit(ast.parse(source))
+    return [f.rule for f in visitor.found]
+
+
+@pytest.mark.parametrize(("rule", "source"),
+                         [(rule, s) for rule, sources in FLAGGED.items() for s in sources])
+def test_each_rule_flags_its_calls(rule: str, source: str) -> None:
+    assert rule in _rules(source)
+
+
+@pytest.mark.parametrize("source", CLEAN)
+def test_what_goes_through_a_choke_point_is_not_flagged(source: str) -> None:
+    assert _rules(source) == []
+
+
+# --- the Ansible side of the printable rule ---------------------------------------------
+
+@functools.cache
+def _fetch_module() -> object:
+    path = ROOT / "ansible/roles/repo_trust/library/repo_trust_fetch.py"
+    spec = importlib.util.spec_from_file_location("repo_trust_fetch_for_choke_points", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@settings(max_examples=300)
+@given(text=st.text(st.characters(exclude_categories=()), max_size=600), limit=st.integers(1, 300))
+def test_the_key_fetch_shows_a_reason_as_workloads_printable_does(text: str, limit: int) -> None:
+    """The module cannot import workloads; its copy of the rule must agree with the one."""
+    from workloads import printable
+
+    shown = _fetch_module().shown  # type: ignore[attr-defined]
+    assert shown(text, limit) == printable.line(text, limit)
