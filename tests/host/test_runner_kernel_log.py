@@ -5,7 +5,7 @@ neither the host's journal nor (where `kernel.dmesg_restrict` is set) the ring b
 The runner saves the log on the host as the calling user and mounts that one file
 read-only at /kernel.log, appending `--kernel-log /kernel.log` to the battery's command:
 the container spec gains a read-only bind and nothing else (no capability, no device).
-The host side is the production reader (`kernel_log.save`) reading the driver's own lines
+The host side is the production reader (`kernel_log.save_copy`) reading the driver's own lines
 through a command, as `dmesg` prints them; the engine is not needed to build the spec.
 """
 

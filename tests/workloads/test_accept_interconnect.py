@@ -15,7 +15,7 @@ import pytest
 
 from tests.host import nvml_boards
 from tests.host.fake_nvml import FakeNvml
-from workloads.accept import checks, verdicts
+from workloads.accept import checks, links
 from workloads.accept.checks import Sizes, Target
 from workloads.accept.kernels import Device, Kernels
 from workloads.accept.verdicts import FAIL, INFO, PASS
@@ -70,7 +70,7 @@ def test_every_board_s_links_pass_their_nvml_row(board: nvml_boards.Board, _: fl
     targets = _targets(nvml_boards.healthy(board, 8))
     for target in targets:
         assert target.model is not None and target.watch is not None
-        row = verdicts.nvlink(target.label, target.watch, target.model.nvlink, 8)
+        row = links.from_watch(target.label, target.watch, target.model.nvlink, 8)
         assert row is not None and row.verdict == PASS, row
 
 
@@ -141,10 +141,10 @@ def test_one_visible_gpu_with_its_links_down_is_not_a_fabric_failure() -> None:
     readings["gpus"][0]["nvlink"] = [pynvml.NVML_NVLINK_VERSION_INVALID] * 18
     (target,) = _targets(readings)
     assert target.model is not None and target.watch is not None
-    alone = verdicts.nvlink(target.label, target.watch, target.model.nvlink, 1)
+    alone = links.from_watch(target.label, target.watch, target.model.nvlink, 1)
     assert alone is not None and alone.verdict == INFO
     assert "only one visible" in alone.reason
-    with_peers = verdicts.nvlink(target.label, target.watch, target.model.nvlink, 8)
+    with_peers = links.from_watch(target.label, target.watch, target.model.nvlink, 8)
     assert with_peers is not None and with_peers.verdict == FAIL
 
 
@@ -153,5 +153,5 @@ def test_one_visible_gpu_with_a_link_down_still_fails() -> None:
     readings["gpus"][0]["nvlink"][3] = pynvml.NVML_NVLINK_VERSION_INVALID
     (target,) = _targets(readings)
     assert target.model is not None and target.watch is not None
-    row = verdicts.nvlink(target.label, target.watch, target.model.nvlink, 1)
+    row = links.from_watch(target.label, target.watch, target.model.nvlink, 1)
     assert row is not None and row.verdict == FAIL and "17 of 18" in row.reason

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from tests.host import nvml_boards
 from tests.host.fake_nvml import FakeNvml
 from tests.workloads.conftest import REPO
-from workloads.accept import checks, dcgm, verdicts
+from workloads.accept import checks, dcgm, links, verdicts
 from workloads.accept.checks import Target
 from workloads.accept.kernels import Device
 from workloads.accept.verdicts import FAIL, INFO, PASS, SKIP, WARN, Finding
@@ -70,7 +70,7 @@ def test_a_healthy_gpu_passes_every_nvml_rule(watched: list[GpuWatch]) -> None:
     assert throttle.verdict == PASS
     assert "software power cap (as designed under full load)" in throttle.reason
     assert verdicts.memory_errors("GPU 0", gpu).verdict == PASS
-    link_row = verdicts.nvlink("GPU 0", gpu, _model(gpu.facts.pci_device_id).nvlink, 5)
+    link_row = links.from_watch("GPU 0", gpu, _model(gpu.facts.pci_device_id).nvlink, 5)
     assert link_row is not None and link_row.verdict == PASS
 
 
@@ -156,15 +156,15 @@ def test_memory_error_rules(changes: dict[str, object], verdict: str, fragment: 
 
 def test_missing_nvlinks_fail(watched: list[GpuWatch]) -> None:
     spec = _model(0x2330).nvlink
-    finding = verdicts.nvlink("GPU 4", watched[4], spec, 5)
+    finding = links.from_watch("GPU 4", watched[4], spec, 5)
     assert finding is not None and finding.verdict == FAIL
     assert "12 of 18 NVLinks active" in finding.reason
-    down = verdicts.nvlink(
+    down = links.from_watch(
         "GPU 0", GpuWatch(_facts(nvlink_active=0, nvlink_versions=())), spec, 8
     )
     assert down is not None and down.verdict == FAIL and "falls back to PCIe" in down.reason
     bridged = _model(0x2331).nvlink  # H100 PCIe: a bridge that may be absent
-    assert verdicts.nvlink("GPU 0", GpuWatch(_facts(nvlink_active=0)), bridged, 8) is None
+    assert links.from_watch("GPU 0", GpuWatch(_facts(nvlink_active=0)), bridged, 8) is None
 
 
 def test_a_slot_that_limits_the_generation_warns() -> None:

@@ -76,13 +76,13 @@ def test_an_empty_saved_log_fails(gpu_host: Path, capsys: pytest.CaptureFixture[
 def test_save_writes_the_first_source_that_prints_lines(tmp_path: Path) -> None:
     source = klog.write(tmp_path / "journal.txt", klog.noise(1.0, 50))
     target = tmp_path / "kernel.log"
-    assert kernel_log.save(target, commands=(("false",), ("cat", str(source)))) is None
+    assert kernel_log.save_copy(target, commands=(("false",), ("cat", str(source)))) is None
     assert target.read_text() == source.read_text()
     assert target.stat().st_mode & 0o777 == 0o644  # the container's user reads it
 
 
 def test_save_says_why_and_leaves_nothing_when_no_source_prints(tmp_path: Path) -> None:
     target = tmp_path / "kernel.log"
-    why = kernel_log.save(target, commands=(("false",), ("true",)))
+    why = kernel_log.save_copy(target, commands=(("false",), ("true",)))
     assert why == "`false` failed: exit 1; `true` printed nothing"
     assert not target.exists()

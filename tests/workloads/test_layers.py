@@ -58,11 +58,18 @@ def test_nothing_outside_accept_imports_accept() -> None:
         if not (module == "workloads.accept" or module.startswith("workloads.accept."))
         and module != "workloads.cli"  # the CLI names each command's module, as a string
     }
+    # The fleet report judges each record's NVLinks by the battery's own rule, so the two
+    # cannot disagree: that one module (and what it imports) is the fleet's to call.
+    offenders["workloads.fleet.load"] = [
+        i for i in offenders.get("workloads.fleet.load", [])
+        if i not in ("workloads.accept", "workloads.accept.links")]
     assert {m: i for m, i in offenders.items() if i} == {}
 
 
 def test_the_hardware_layer_imports_no_check_or_workload() -> None:
-    allowed = ("workloads.hardware", "workloads.errors", "workloads.envinfo")
+    # the choke points (reading, writing, printing) sit below every layer, the hardware's too
+    allowed = ("workloads.hardware", "workloads.errors", "workloads.envinfo", "workloads.safefs",
+               "workloads.bounded", "workloads.printable")
     for module, imports in _graph().items():
         if not module.startswith("workloads.hardware"):
             continue

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from workloads.accept.verdicts import FAIL, INFO, PASS, WARN, Finding
-from workloads.hardware.nvml import nvlink_version
+from workloads.hardware.nvml import GpuWatch, nvlink_version
 from workloads.hardware.reference import NvLinkSpec
 from workloads.hardware.topology import Node, Topology
 
@@ -113,3 +113,20 @@ def findings(device: str, summary: Summary, spec: NvLinkSpec | None) -> list[Fin
             "see (another VM's, or one hidden from this container): not judged here",
             summary.unseen, "links"))
     return rows
+
+
+def from_watch(device: str, watch: GpuWatch, spec: NvLinkSpec | None,
+               visible_gpus: int) -> Finding | None:
+    """A GPU's NVLink row from its own facts alone, by the one rule (:func:`decide`).
+
+    For callers without the topology graph (every link's peer taken to be visible); the
+    battery passes the graph, so links to GPUs this host cannot see are set apart there.
+    """
+    facts = watch.facts
+    majors = [v[0] for v in (nvlink_version(x) for x in facts.nvlink_versions) if v is not None]
+    summary = Summary(
+        facts.nvlink_links or facts.nvlink_active or 0, facts.nvlink_active or 0, 0,
+        visible_gpus, False, min(majors) if majors else None,
+    )
+    rows = findings(device, summary, spec)
+    return rows[0] if rows else None

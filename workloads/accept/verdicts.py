@@ -21,8 +21,8 @@ from typing import Any
 
 import pynvml
 
-from workloads.hardware.nvml import REASON_NAMES, GpuWatch, nvlink_version
-from workloads.hardware.reference import NvLinkSpec, Threshold
+from workloads.hardware.nvml import REASON_NAMES, GpuWatch
+from workloads.hardware.reference import Threshold
 
 PASS, WARN, FAIL, INFO, SKIP = "pass", "warn", "fail", "info", "skip"
 SEVERITY = {SKIP: 0, INFO: 0, PASS: 1, WARN: 2, FAIL: 3}
@@ -248,26 +248,6 @@ def pcie_link(device: str, watch: GpuWatch) -> Finding:
             details=details,
         )
     return Finding("nvml", device, "PCIe link", PASS, text, details=details)
-
-
-def nvlink(
-    device: str, watch: GpuWatch, spec: NvLinkSpec | None, visible_gpus: int
-) -> Finding | None:
-    """A GPU's NVLink row from its own facts alone, by the one rule (:func:`links.decide`).
-
-    For callers without the topology graph (every link's peer taken to be visible); the
-    battery passes the graph, so links to GPUs this host cannot see are set apart there.
-    """
-    from workloads.accept import links
-
-    facts = watch.facts
-    majors = [v[0] for v in (nvlink_version(x) for x in facts.nvlink_versions) if v is not None]
-    summary = links.Summary(
-        facts.nvlink_links or facts.nvlink_active or 0, facts.nvlink_active or 0, 0,
-        visible_gpus, False, min(majors) if majors else None,
-    )
-    rows = links.findings(device, summary, spec)
-    return rows[0] if rows else None
 
 
 # --- clocks, throttling, power and heat ------------------------------------------------

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from workloads.safefs import writing as safe_writing
 from workloads.hardware.xid import Event, parse_line, timestamp_us
 
 JOURNAL = ("journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q")
@@ -233,7 +234,11 @@ class _CommandLines:
             self.error = f"`{' '.join(self.argv)}` failed: {why}"
 
 
-def save(target: Path, *, deadline_s: float = 20.0, max_bytes: int = MAX_BYTES,
+class _Unsaved(Exception):
+    """This command's lines are no whole log: the copy is not placed."""
+
+
+def save_copy(target: Path, *, deadline_s: float = 20.0, max_bytes: int = MAX_BYTES,
          commands: tuple[tuple[str, ...], ...] | None = None) -> str | None:
     """Write this boot's kernel log into `target` (0644, for a container's user to read).
 
@@ -245,15 +250,17 @@ def save(target: Path, *, deadline_s: float = 20.0, max_bytes: int = MAX_BYTES,
     errors = []
     for argv in commands or (JOURNAL, DMESG):
         reader = _CommandLines(argv, deadline, max_bytes)
-        lines = 0
-        with target.open("w", encoding="utf-8") as out:
-            for line in reader:
-                out.write(line.rstrip("\n") + "\n")
-                lines += 1
-        if reader.error is None and reader.complete and lines:
-            target.chmod(0o644)
+        try:
+            # safefs places the copy only once it is whole; _Unsaved leaves nothing behind
+            with safe_writing(target, mode=0o644, text=True) as out:
+                lines = 0
+                for line in reader:
+                    out.write(line.rstrip("\n") + "\n")
+                    lines += 1
+                if reader.error is not None or not reader.complete or not lines:
+                    raise _Unsaved
             return None
-        errors.append(reader.error or (f"`{' '.join(argv)}` printed nothing" if reader.complete
-                                       else f"`{' '.join(argv)}` was cut short"))
-    target.unlink(missing_ok=True)
+        except _Unsaved:
+            errors.append(reader.error or (f"`{' '.join(argv)}` printed nothing" if reader.complete
+                                           else f"`{' '.join(argv)}` was cut short"))
     return "; ".join(errors)

@@ -140,7 +140,7 @@ def with_kernel_log(command: list[str], workdir: Path) -> tuple[list[str], Path 
             arg == "--kernel-log" or arg.startswith("--kernel-log=") for arg in command):
         return command, None
     saved = workdir / "kernel.log"
-    why = kernel_log.save(saved)
+    why = kernel_log.save_copy(saved)
     if why is not None:
         print(f"workloads run: this boot's kernel log could not be saved for the XID check "
               f"({why[:200]}); its row will fail: run as root or a member of adm or "
