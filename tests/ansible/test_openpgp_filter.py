@@ -47,7 +47,7 @@ LINE_MAX = 200
 def pinned_keyring(key: str | bytes, fingerprint: str) -> dict[str, Any]:
     result: dict[str, Any] = openpgp.FilterModule().filters()["openpgp_pinned_keyring"](
         key, fingerprint)
-    for text in [result["problem"], result["summary"], result["controller_problem"],
+    for text in [result["problem"], result.get("summary", ""), result.get("controller_problem", ""),
                  *result["notes"]]:
         assert len(text) <= LINE_MAX and text.isprintable(), repr(text[:300])
     return result
