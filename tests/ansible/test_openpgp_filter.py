@@ -516,3 +516,20 @@ def test_random_corruption_of_an_armored_key(keys: Keys,
                                              mutations: list[tuple[str, int, int]]) -> None:
     mutated = _mutate(keys.armored.encode(), mutations)
     _check_mutated(keys, mutated.decode("utf-8", "surrogateescape"))
+
+
+def test_a_reduction_gpg_does_not_read_back_is_refused(keys: Keys,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second GnuPG home is the check on the filter's own code: a signature it broke is
+    left out by gpg, and the filter refuses rather than install a key with less in it."""
+    original = openpgp._strip_unhashed
+
+    def breaking(body: bytes, dropped: list[int]) -> bytes:
+        reduced = bytearray(original(body, dropped))
+        if reduced[1] == 0x18:  # a subkey binding: its value altered, it no longer verifies
+            reduced[-3] ^= 0x01
+        return bytes(reduced)
+
+    monkeypatch.setattr(openpgp, "_strip_unhashed", breaking)
+    assert "did not read back unchanged" in assert_refused(
+        pinned_keyring(keys.armored, keys.pinned))
