@@ -1,18 +1,19 @@
-"""The key filter accepts exactly the pinned key and rebuilds it; every other input is refused.
+"""The key filter installs GnuPG's clean export of the pinned key, or refuses in one line.
 
 repo_trust installs what `openpgp_pinned_keyring` returns, never the fetched file, so the
 filter is the whole defence against a mirror that serves the vendor's key plus something
 of its own. The families below are what such a mirror controls: concatenated keys
 (armored and binary), text around the block, user IDs and subkeys added by packet
-surgery, and random corruption. The keys are made once per module by the real gpg
-(Ed25519 and RSA); the vendors' own published keys are checked too
-(tests/fixtures/vendor_keys).
+surgery, another key's certifications, and random corruption. The keys are made once per
+module by the real gpg (Ed25519 with a signing and an encryption subkey, RSA, ECDSA); the
+vendors' own published keys are checked too (tests/fixtures/vendor_keys). What is
+installed is compared with `clean_export`: plain gpg, none of the filter's code.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,17 +24,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.ansible.filter_plugin import load_plugin
+from tests.ansible.openpgp_keys import (
+    USER_ID,
+    Gpg,
+    armor,
+    clean_export,
+    dearmor,
+    header,
+    join,
+    nothing_added,
+    split,
+)
 from tests.ansible.playbook import ANSIBLE_DIR, run_local_play
 from tests.fixtures.vendor_keys import VENDOR_KEYS
 from tests.support.loopback_http import serve_directory
 
 openpgp = load_plugin("openpgp.py")
 VENDOR_UID = "vendor signing key <vendor@example.invalid>"
+LINE_MAX = 200
 
 
 def pinned_keyring(key: str | bytes, fingerprint: str) -> dict[str, Any]:
     result: dict[str, Any] = openpgp.FilterModule().filters()["openpgp_pinned_keyring"](
         key, fingerprint)
+    for text in [result["problem"], result.get("summary", ""), result.get("controller_problem", ""),
+                 *result["notes"]]:
+        assert len(text) <= LINE_MAX and text.isprintable(), repr(text[:300])
     return result
 
 
@@ -41,57 +57,26 @@ def assert_refused(result: dict[str, Any]) -> str:
     """A refusal is one non-empty line, and nothing to install comes with it."""
     assert not result["ok"], "accepted an input that is not exactly the pinned key"
     problem: str = result["problem"]
-    assert problem and "\n" not in problem and "\r" not in problem, repr(problem)
-    assert result["keyring"] == ""
+    assert problem and result["keyring"] == "" and not result["controller_problem"]
     return problem
 
 
-def packet(tag: int, body: bytes) -> bytes:
-    """A new-format packet (what gpg writes)."""
-    if len(body) < 192:
-        length = bytes([len(body)])
-    elif len(body) < 8384:
-        length = bytes([((len(body) - 192) >> 8) + 192, (len(body) - 192) & 0xFF])
-    else:
-        length = b"\xff" + len(body).to_bytes(4, "big")
-    return bytes([0xC0 | tag]) + length + body
+def installed(result: dict[str, Any]) -> bytes:
+    assert result["ok"], result["problem"] or result["controller_problem"]
+    return dearmor(result["keyring"])
 
 
-def raw_packets(binary: bytes) -> list[bytes]:
-    return [each.raw for each in openpgp._packets(binary)]
-
-
-def tags(binary: bytes) -> list[int]:
-    return [each.tag for each in openpgp._packets(binary)]
+def listed(binary: bytes) -> list[str]:
+    """The record types gpg lists for a keyring (pub, uid, sub, ...)."""
+    with tempfile.TemporaryDirectory(prefix="openpgp-list-") as home:
+        listing = subprocess.run(["gpg", "--homedir", home, "--batch", "--no-autostart",
+                                  "--with-colons", "--show-keys"], input=binary,
+                                 capture_output=True, check=True)
+    return [line.split(":")[0] for line in listing.stdout.decode().splitlines()
+            if line.split(":")[0] in ("pub", "uid", "sub")]
 
 
 # --- Keys made by gpg, once per module --------------------------------------------------
-
-
-class Gpg:
-    """gpg in its own home directory; the agent is stopped when the module is done."""
-
-    def __init__(self, home: Path) -> None:
-        home.mkdir(mode=0o700)
-        self.env = {**os.environ, "GNUPGHOME": str(home)}
-
-    def run(self, *args: str, data: bytes | None = None) -> bytes:
-        return subprocess.run(
-            ["gpg", "--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase", "",
-             *args], input=data, env=self.env, check=True, capture_output=True).stdout
-
-    def generate(self, user_id: str, algorithm: str) -> str:
-        self.run("--quick-generate-key", user_id, algorithm, "sign", "never")
-        colons = self.run("--with-colons", "--list-keys", user_id).decode()
-        return next(line.split(":")[9] for line in colons.splitlines()
-                    if line.startswith("fpr:"))
-
-    def export(self, fingerprint: str, *options: str) -> bytes:
-        return self.run("--export", *options, fingerprint)
-
-    def close(self) -> None:
-        subprocess.run(["gpgconf", "--kill", "all"], env=self.env, check=False,
-                       capture_output=True)
 
 
 @dataclass(frozen=True)
@@ -152,12 +137,12 @@ def test_the_vendors_published_keys_are_accepted_unchanged(path: Path) -> None:
     assert fingerprint in (ANSIBLE_DIR / "roles" / defaults).read_text()
     text = path.read_text()
     result = pinned_keyring(text, fingerprint)
-    assert result["ok"], result["problem"]
     assert result["found"] == [fingerprint]
-    assert openpgp._dearmor(result["keyring"]) == openpgp._dearmor(text)
+    assert installed(result) == dearmor(text)
+    assert result["summary"].endswith(f"bytes, from a {len(text)}-byte file")
 
 
-def test_clean_exports_are_rebuilt_packet_for_packet(keys: Keys) -> None:
+def test_clean_exports_install_as_gpg_exports_them(keys: Keys) -> None:
     cases: list[tuple[str | bytes, str, bytes]] = [
         (keys.armored, keys.pinned, keys.binary),
         (keys.binary, keys.pinned, keys.binary),
@@ -166,14 +151,16 @@ def test_clean_exports_are_rebuilt_packet_for_packet(keys: Keys) -> None:
     ]
     for key, fingerprint, binary in cases:
         result = pinned_keyring(key, fingerprint)
-        assert result["ok"], result["problem"]
         assert result["found"] == [fingerprint]
-        assert openpgp._dearmor(result["keyring"]) == binary
+        assert installed(result) == binary == clean_export(binary, fingerprint)
+    assert pinned_keyring(keys.two_user_ids, keys.pinned)["summary"].startswith(
+        "2 user IDs, 2 subkeys, ")
 
 
 @pytest.mark.parametrize("algorithm", ["nistp256", "nistp384", "rsa3072"])
-def test_other_algorithms_verify(tmp_path: Path, algorithm: str) -> None:
-    """ECDSA and larger RSA keys, with a subkey, as other vendors publish them."""
+def test_other_algorithms(tmp_path: Path, algorithm: str) -> None:
+    """ECDSA and larger RSA keys, with a subkey, as other vendors publish them; a subkey
+    binding that no longer verifies leaves its subkey out."""
     gpg = Gpg(tmp_path / "gnupg")
     try:
         fingerprint = gpg.generate(f"{algorithm} vendor <v@example.invalid>", algorithm)
@@ -181,21 +168,20 @@ def test_other_algorithms_verify(tmp_path: Path, algorithm: str) -> None:
         binary = gpg.export(fingerprint)
     finally:
         gpg.close()
-    result = pinned_keyring(binary, fingerprint)
-    assert result["ok"], result["problem"]
-    assert openpgp._dearmor(result["keyring"]) == binary
-    primary, uid, certification, subkey, binding = raw_packets(binary)
+    assert installed(pinned_keyring(binary, fingerprint)) == binary
+    primary, uid, certification, subkey, (tag, binding) = split(binary)
     tampered = bytearray(binding)
     tampered[-5] ^= 0x01  # inside the signature value
-    assert "does not verify" in assert_refused(pinned_keyring(
-        b"".join([primary, uid, certification, subkey, bytes(tampered)]), fingerprint))
+    result = pinned_keyring(join([primary, uid, certification, subkey, (tag, bytes(tampered))]),
+                            fingerprint)
+    assert installed(result) == join([primary, uid, certification])
+    assert listed(installed(result)) == ["pub", "uid"]
 
 
 def test_binary_read_through_ansibles_text_conversion_is_accepted(keys: Keys) -> None:
     """`uri` returns content as text with undecodable bytes kept as surrogates."""
     as_text = keys.binary.decode("utf-8", "surrogateescape")
-    result = pinned_keyring(as_text, keys.pinned)
-    assert result["ok"], result["problem"]
+    assert installed(pinned_keyring(as_text, keys.pinned)) == keys.binary
 
 
 def test_a_key_file_fetched_as_repo_trust_fetches_it(keys: Keys, tmp_path: Path,
@@ -230,35 +216,99 @@ def test_a_key_file_fetched_as_repo_trust_fetches_it(keys: Keys, tmp_path: Path,
     assert f"RESULT two.gpg: holds the pinned key {keys.pinned} and also {keys.other};" in flat
 
 
-def test_the_rebuilt_keyring_is_the_pinned_key_to_gpg_and_gpgv(keys: Keys,
-                                                               tmp_path: Path) -> None:
-    """gpg sees one primary key (the pinned one) and its subkeys; gpgv verifies with it."""
+def _role_play(base_url: str, pinned: str) -> list[dict[str, Any]]:
+    """repo_trust's own tasks, one local host per case (its key file); the play stops at the
+    key check, before any task that writes."""
+    return [{"hosts": "all", "gather_facts": False, "tasks": [{
+        "name": "Trust the stand-in repository", "ansible.builtin.include_role": {
+            "name": "repo_trust"},
+        "vars": {"repo_trust_name": "the stand-in repository",
+                 "repo_trust_key_url": f"{base_url}/{{{{ key_file }}}}",
+                 "repo_trust_key_fingerprint": pinned,
+                 "repo_trust_key_path": "/nonexistent/keyring.asc",
+                 "repo_trust_fingerprint_variable": "standin_fingerprint",
+                 "repo_trust_repo_url": f"{base_url}/repo",
+                 "repo_trust_repo_file": "/nonexistent/standin.list"}}]}]
+
+
+def test_the_roles_messages_are_one_line_each(keys: Keys, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """repo_trust's key check: the wrong key, another key added, and no gpg on the controller,
+    each stop the play with the filter's line in the role's message."""
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "other.asc").write_text(keys.other_armored)
+    (served / "two.asc").write_text(keys.armored + keys.other_armored)
+    cases = {"wrong": "other.asc", "added": "two.asc"}
+    for folder in ("keys", "bare", "no-gpg"):
+        (tmp_path / folder).mkdir()
+    with serve_directory(served) as base_url:
+        play = _role_play(base_url, keys.pinned)
+        run = run_local_play(tmp_path / "keys", play, hosts={
+            name: {"key_file": file} for name, file in cases.items()})
+        monkeypatch.setenv("PATH", str(tmp_path / "no-gpg"))
+        bare = run_local_play(tmp_path / "bare", play, hosts={"bare": {"key_file": "other.asc"}})
+    assert run.returncode != 0
+    flat = " ".join(run.output.split())
+    assert (f"Refusing the stand-in repository: the key at {base_url}/other.asc has fingerprint "
+            f"{keys.other}, but standin_fingerprint is '{keys.pinned}'.") in flat, run.explain()
+    assert (f"the key file at {base_url}/two.asc holds the pinned key {keys.pinned} and also "
+            f"{keys.other};") in flat, run.explain()
+    assert bare.returncode != 0
+    flat = " ".join(bare.output.split())
+    assert ("Cannot check the key of the stand-in repository: GnuPG's gpg is not installed on "
+            "the Ansible controller") in flat, bare.explain()
+
+
+def test_no_gpg_on_the_controller_is_one_line(keys: Keys, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
     result = pinned_keyring(keys.armored, keys.pinned)
-    listing = subprocess.run(["gpg", "--batch", "--with-colons", "--show-keys"],
-                             input=result["keyring"], capture_output=True, text=True,
-                             check=True).stdout.splitlines()
-    records = [line.split(":") for line in listing]
-    assert [fields[0] for fields in records if fields[0] in ("pub", "sub")] == [
-        "pub", "sub", "sub"]
-    assert next(fields[9] for fields in records if fields[0] == "fpr") == keys.pinned
-    keyring = tmp_path / "pinned.gpg"
-    keyring.write_bytes(openpgp._dearmor(result["keyring"]))
+    assert not result["ok"] and result["keyring"] == "" and result["problem"] == ""
+    assert result["controller_problem"] == openpgp.MISSING_GPG
+
+
+def test_gpg_leaves_nothing_behind(keys: Keys, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each call's GnuPG homes are removed and no gpg daemon runs for them afterwards."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert pinned_keyring(keys.armored, keys.pinned)["ok"]
+    assert not pinned_keyring(keys.armored + keys.other_armored, keys.pinned)["ok"]
+    assert list(tmp_path.iterdir()) == []
+    for command in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = command.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            continue  # the process ended while we looked
+        assert str(tmp_path) not in text, text
+
+
+def test_the_deadline_refuses_in_one_line(keys: Keys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openpgp, "GPG_DEADLINE_S", 0.0)
+    assert "took GnuPG more than 0 s to read" in assert_refused(
+        pinned_keyring(keys.armored, keys.pinned))
+
+
+def test_the_installed_keyring_is_the_pinned_key_to_gpg_and_gpgv(keys: Keys,
+                                                                 tmp_path: Path) -> None:
+    """gpg sees one primary key (the pinned one) and its subkeys; gpgv verifies with it."""
+    keyring = installed(pinned_keyring(keys.armored, keys.pinned))
+    assert listed(keyring) == ["pub", "uid", "sub", "sub"]
+    (tmp_path / "pinned.gpg").write_bytes(keyring)
     (tmp_path / "Release").write_bytes(keys.signed_data)
     (tmp_path / "Release.gpg").write_bytes(keys.signature)
-    verified = subprocess.run(["gpgv", "--keyring", str(keyring), str(tmp_path / "Release.gpg"),
-                               str(tmp_path / "Release")], capture_output=True, text=True,
-                              check=False)
+    verified = subprocess.run(["gpgv", "--keyring", str(tmp_path / "pinned.gpg"),
+                               str(tmp_path / "Release.gpg"), str(tmp_path / "Release")],
+                              capture_output=True, text=True, check=False)
     assert verified.returncode == 0, verified.stderr
 
 
 def test_a_third_party_certification_is_left_out(keys: Keys) -> None:
-    """The mirror's certification of the vendor's user IDs confers nothing: dropped, said so."""
-    result = pinned_keyring(keys.certified, keys.pinned)
-    assert result["ok"], result["problem"]
-    assert len(result["notes"]) == 2
-    assert all(keys.other in note for note in result["notes"])
-    assert sorted(raw_packets(openpgp._dearmor(result["keyring"]))) == sorted(
-        raw_packets(keys.two_user_ids))
+    """The mirror's certification of the vendor's user IDs confers nothing: left out. (gpg
+    lists the certified user IDs in another order; the keyring keeps the file's order.)"""
+    keyring = installed(pinned_keyring(keys.certified, keys.pinned))
+    assert keyring == clean_export(keys.certified, keys.pinned)
+    assert sorted(split(keyring)) == sorted(split(keys.two_user_ids))
 
 
 def test_a_wrong_key_is_named(keys: Keys) -> None:
@@ -268,10 +318,7 @@ def test_a_wrong_key_is_named(keys: Keys) -> None:
 
 
 def test_a_secret_key_is_refused(keys: Keys) -> None:
-    assert "PRIVATE KEY BLOCK" in assert_refused(pinned_keyring(keys.secret, keys.pinned))
-    binary = openpgp._dearmor(keys.secret.replace("PRIVATE KEY", "PUBLIC KEY"))
-    assert "starts with a secret key packet" in assert_refused(pinned_keyring(binary,
-                                                                              keys.pinned))
+    assert "secret key material" in assert_refused(pinned_keyring(keys.secret, keys.pinned))
 
 
 @pytest.mark.parametrize("text", ["", "   \n", "<html>404 Not Found</html>",
@@ -283,11 +330,15 @@ def test_what_is_not_a_key_is_refused(text: str) -> None:
     assert_refused(pinned_keyring(text, "0" * 40))
 
 
-def test_a_wrong_armor_checksum_is_refused(keys: Keys) -> None:
+def test_a_wrong_armor_checksum_is_refused_or_the_clean_key(keys: Keys) -> None:
     lines = keys.armored.splitlines()
     index = next(i for i, line in enumerate(lines) if line.startswith("="))
     lines[index] = "=AAAA" if lines[index] != "=AAAA" else "=BBBB"
-    assert "checksum" in assert_refused(pinned_keyring("\n".join(lines), keys.pinned))
+    result = pinned_keyring("\n".join(lines), keys.pinned)
+    if result["ok"]:
+        assert installed(result) == keys.binary
+    else:
+        assert_refused(result)
 
 
 # --- The families a mirror controls ---------------------------------------------------------
@@ -295,118 +346,127 @@ def test_a_wrong_armor_checksum_is_refused(keys: Keys) -> None:
 PIECES = ["pinned", "other", "rsa"]
 
 
-@settings(max_examples=60)
+@settings(max_examples=30, deadline=None)
 @given(names=st.lists(st.sampled_from(PIECES), min_size=1, max_size=4),
        separator=st.sampled_from(["", "\n", "\n\n", "\r\n", "  \n\t\n"]))
 def test_concatenated_armored_blocks(keys: Keys, names: list[str], separator: str) -> None:
     armored = {"pinned": keys.armored, "other": keys.other_armored, "rsa": keys.rsa_armored}
+    fingerprints = {"pinned": keys.pinned, "other": keys.other, "rsa": keys.rsa}
     result = pinned_keyring(separator.join(armored[name] for name in names), keys.pinned)
-    if names == ["pinned"]:
-        assert result["ok"], result["problem"]
+    if set(names) == {"pinned"}:  # the vendor's block repeated: one key, installed clean
+        assert installed(result) == keys.binary
+        return
+    problem = assert_refused(result)
+    others = [fingerprints[name] for name in dict.fromkeys(names) if name != "pinned"]
+    if "pinned" in names:
+        assert problem.startswith(
+            f"holds the pinned key {keys.pinned} and also {', '.join(others)}; "), problem
     else:
-        problem = assert_refused(result)
-        if len(names) > 1:
-            assert f"holds {len(names)} armored blocks" in problem
+        assert problem == f"has fingerprint {', '.join(others)}" and result["wrong_key"]
 
 
-@settings(max_examples=60)
+@settings(max_examples=30, deadline=None)
 @given(names=st.lists(st.sampled_from(PIECES), min_size=1, max_size=4))
 def test_binary_keyrings_holding_several_keys(keys: Keys, names: list[str]) -> None:
     binary = {"pinned": keys.binary, "other": keys.other_binary, "rsa": keys.rsa_binary}
     fingerprints = {"pinned": keys.pinned, "other": keys.other, "rsa": keys.rsa}
     result = pinned_keyring(b"".join(binary[name] for name in names), keys.pinned)
-    if names == ["pinned"]:
-        assert result["ok"], result["problem"]
+    if set(names) == {"pinned"}:
+        assert installed(result) == keys.binary
         return
-    problem = assert_refused(result)
-    assert result["found"] == [fingerprints[name] for name in names]
-    if "pinned" in names:
-        others = [fingerprints[name] for name in dict.fromkeys(names) if name != "pinned"]
-        if others:  # each other key named once, in the file's order
-            assert problem.startswith(
-                f"holds the pinned key {keys.pinned} and also {', '.join(others)}; "), problem
-        else:  # the same key twice: said so, not "and also ;"
-            assert problem.startswith(
-                f"holds the pinned key {keys.pinned} {len(names)} times; "), problem
+    assert_refused(result)
+    assert result["found"] == list(dict.fromkeys(fingerprints[name] for name in names))
 
 
-@settings(max_examples=100)
+def test_many_keys_are_named_in_one_line(tmp_path: Path, keys: Keys) -> None:
+    """A file of many keys: the line names two and counts the rest."""
+    gpg = Gpg(tmp_path / "gnupg")
+    try:
+        many = [gpg.generate(f"key {number} <k{number}@example.invalid>", "ed25519")
+                for number in range(6)]
+        stream = keys.binary + b"".join(gpg.export(each) for each in many)
+    finally:
+        gpg.close()
+    problem = assert_refused(pinned_keyring(stream, keys.pinned))
+    assert problem.startswith(f"holds the pinned key {keys.pinned} and also {many[0]}, "
+                              f"{many[1]} and 4 more;"), problem
+
+
+@settings(max_examples=40, deadline=None)
 @given(before=st.text(max_size=40), after=st.text(max_size=40))
 def test_text_around_the_block(keys: Keys, before: str, after: str) -> None:
-    """Only whitespace may surround the one block; and it is never part of the keyring."""
+    """Text around the one block is never part of the keyring: the clean key, or one line."""
     result = pinned_keyring(before + keys.armored + after, keys.pinned)
-    if (before + after).strip() == "":
-        assert result["ok"], result["problem"]
-        assert openpgp._dearmor(result["keyring"]) == keys.binary
+    if result["ok"]:
+        assert installed(result) == keys.binary
     else:
         assert_refused(result)
+    if (before + after).strip() == "":
+        assert result["ok"], result["problem"]
 
 
-@settings(max_examples=40)
+@settings(max_examples=20, deadline=None)
 @given(headers=st.lists(st.sampled_from(["Version: GnuPG v2", "Comment: mirrored copy",
                                           "Comment: https://example.invalid/key"]),
                         max_size=3),
        newline=st.sampled_from(["\n", "\r\n"]))
 def test_armor_headers_and_line_endings_change_nothing(keys: Keys, headers: list[str],
                                                        newline: str) -> None:
-    begin, blank, *rest = keys.armored.splitlines()
-    assert blank == ""
-    text = newline.join([begin, *headers, "", *rest]) + newline
-    result = pinned_keyring(text, keys.pinned)
-    assert result["ok"], result["problem"]
+    result = pinned_keyring(armor(keys.binary, tuple(headers), newline), keys.pinned)
     assert result["keyring"] == pinned_keyring(keys.armored, keys.pinned)["keyring"]
 
 
-@settings(max_examples=60)
+@settings(max_examples=30, deadline=None)
 @given(user_id=st.text(min_size=1, max_size=60).filter(lambda text: text != VENDOR_UID),
        signed=st.sampled_from(["unsigned", "self-signature copied", "mirror's certification"]),
        where=st.sampled_from(["after the user ID", "after the subkeys"]))
-def test_an_added_user_id(keys: Keys, user_id: str, signed: str, where: str) -> None:
-    """A user ID the vendor never certified: refused, however it is signed or placed."""
-    packets = raw_packets(keys.binary)
-    assert tags(keys.binary) == [6, 13, 2, 14, 2, 14, 2]
-    added = [packet(13, user_id.encode())]
+def test_an_added_user_id_is_left_out(keys: Keys, user_id: str, signed: str,
+                                      where: str) -> None:
+    """A user ID the vendor never certified: never installed, however signed or placed."""
+    packets = split(keys.binary)
+    assert [tag for tag, _ in packets] == [6, 13, 2, 14, 2, 14, 2]
+    added = [(USER_ID, user_id.encode())]
     if signed == "self-signature copied":
         added.append(packets[2])
     elif signed == "mirror's certification":
-        added.append(raw_packets(keys.other_binary)[2])
+        added.append(split(keys.other_binary)[2])
     at = 3 if where == "after the user ID" else len(packets)
-    problem = assert_refused(pinned_keyring(b"".join(packets[:at] + added + packets[at:]),
-                                            keys.pinned))
-    if where == "after the subkeys":
-        assert "after the subkeys" in problem
-    elif signed == "self-signature copied":
-        assert "does not verify with the pinned key" in problem
-    else:
-        assert "that the pinned key has not certified" in problem
+    assert installed(pinned_keyring(join(packets[:at] + added + packets[at:]),
+                                    keys.pinned)) == keys.binary
 
 
 @pytest.mark.parametrize("at", [3, 5, 7])
-def test_a_subkey_bound_by_another_primary_key(keys: Keys, at: int) -> None:
+def test_a_subkey_bound_by_another_primary_key_is_left_out(keys: Keys, at: int) -> None:
     """The mirror's subkey with the mirror's binding, spliced among the vendor's subkeys."""
-    packets = raw_packets(keys.binary)
-    foreign = raw_packets(keys.other_binary)
-    assert tags(keys.other_binary) == [6, 13, 2, 14, 2]
-    spliced = b"".join(packets[:at] + foreign[3:5] + packets[at:])
-    for key in (spliced, openpgp._armor(spliced)):
-        problem = assert_refused(pinned_keyring(key, keys.pinned))
-        assert f"bound by key {keys.other}, not by the pinned key" in problem
+    packets = split(keys.binary)
+    foreign = split(keys.other_binary)
+    assert [tag for tag, _ in foreign] == [6, 13, 2, 14, 2]
+    spliced = join(packets[:at] + foreign[3:5] + packets[at:])
+    for key in (spliced, armor(spliced)):
+        assert installed(pinned_keyring(key, keys.pinned)) == keys.binary
 
 
-def test_a_binding_signature_moved_to_another_subkey_does_not_verify(keys: Keys) -> None:
-    """The issuer is the pinned key, but the signature is over the other subkey."""
-    primary, uid, certification, sub1, bind1, sub2, bind2 = raw_packets(keys.binary)
-    swapped = b"".join([primary, uid, certification, sub1, bind2, sub2, bind1])
-    problem = assert_refused(pinned_keyring(swapped, keys.pinned))
-    assert "subkey binding signature on subkey" in problem
-    assert "does not verify with the pinned key" in problem
+def test_a_binding_signature_moved_to_another_subkey_leaves_both_out(keys: Keys) -> None:
+    """The issuer is the pinned key, but each signature is over the other subkey."""
+    primary, uid, certification, sub1, bind1, sub2, bind2 = split(keys.binary)
+    keyring = installed(pinned_keyring(join([primary, uid, certification, sub1, bind2, sub2,
+                                             bind1]), keys.pinned))
+    assert keyring == join([primary, uid, certification])
 
 
-def test_a_subkey_without_a_binding_is_refused(keys: Keys) -> None:
-    primary, uid, certification, sub1, bind1, sub2, _ = raw_packets(keys.binary)
-    problem = assert_refused(pinned_keyring(
-        b"".join([primary, uid, certification, sub1, bind1, sub2]), keys.pinned))
-    assert "that the pinned key has not bound" in problem
+def test_a_subkey_without_a_binding_is_left_out(keys: Keys) -> None:
+    primary, uid, certification, sub1, bind1, sub2, _ = split(keys.binary)
+    keyring = installed(pinned_keyring(join([primary, uid, certification, sub1, bind1, sub2]),
+                                       keys.pinned))
+    assert keyring == join([primary, uid, certification, sub1, bind1])
+
+
+def test_a_key_without_a_valid_user_id_is_refused(keys: Keys) -> None:
+    primary, uid, _certification, *_ = split(keys.binary)
+    assert "GnuPG imports none of it" in assert_refused(
+        pinned_keyring(join([primary, uid]), keys.pinned))
+    assert "GnuPG imports none of it" in assert_refused(
+        pinned_keyring(header(6, len(primary[1]), "old") + primary[1], keys.pinned))
 
 
 MUTATION = st.tuples(st.sampled_from(["flip", "set", "insert", "delete"]),
@@ -430,24 +490,27 @@ def _mutate(data: bytes, mutations: list[tuple[str, int, int]]) -> bytes:
 
 
 def _check_mutated(keys: Keys, mutated: str | bytes) -> None:
-    """Accepted only as the pinned key, rebuilt to a fixed point; else one line."""
+    """Refused in one line, or only what the clean key holds installed, at a fixed point: gpg
+    leaves out what no longer verifies, and an edit may delete an unhashed subpacket."""
     result = pinned_keyring(mutated, keys.pinned)
     if not result["ok"]:
         assert_refused(result)
         return
     assert result["found"] == [keys.pinned]
+    clean = split(keys.binary)
+    assert all(nothing_added(packet, clean) for packet in split(installed(result)))
     again = pinned_keyring(result["keyring"], keys.pinned)
-    assert again["ok"] and again["keyring"] == result["keyring"]
+    assert again["keyring"] == result["keyring"]
 
 
-@settings(max_examples=200)
+@settings(max_examples=60, deadline=None)
 @given(mutations=st.lists(MUTATION, min_size=1, max_size=4))
 def test_random_corruption_of_a_binary_key(keys: Keys,
                                            mutations: list[tuple[str, int, int]]) -> None:
     _check_mutated(keys, _mutate(keys.binary, mutations))
 
 
-@settings(max_examples=200)
+@settings(max_examples=60, deadline=None)
 @given(mutations=st.lists(MUTATION, min_size=1, max_size=4))
 def test_random_corruption_of_an_armored_key(keys: Keys,
                                              mutations: list[tuple[str, int, int]]) -> None:
@@ -455,10 +518,18 @@ def test_random_corruption_of_an_armored_key(keys: Keys,
     _check_mutated(keys, mutated.decode("utf-8", "surrogateescape"))
 
 
-@settings(max_examples=100)
-@given(mutations=st.lists(MUTATION, min_size=1, max_size=3))
-def test_random_corruption_of_an_rsa_key(keys: Keys,
-                                         mutations: list[tuple[str, int, int]]) -> None:
-    result = pinned_keyring(_mutate(keys.rsa_binary, mutations), keys.rsa)
-    if not result["ok"]:
-        assert_refused(result)
+def test_a_reduction_gpg_does_not_read_back_is_refused(keys: Keys,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second GnuPG home is the check on the filter's own code: a signature it broke is
+    left out by gpg, and the filter refuses rather than install a key with less in it."""
+    original = openpgp._strip_unhashed
+
+    def breaking(body: bytes, dropped: list[int]) -> bytes:
+        reduced = bytearray(original(body, dropped))
+        if reduced[1] == 0x18:  # a subkey binding: its value altered, it no longer verifies
+            reduced[-3] ^= 0x01
+        return bytes(reduced)
+
+    monkeypatch.setattr(openpgp, "_strip_unhashed", breaking)
+    assert "did not read back unchanged" in assert_refused(
+        pinned_keyring(keys.armored, keys.pinned))

@@ -52,6 +52,7 @@ class RockyTrust:
     written_after_refusal: list[str]
     evil_requests: list[str]
     extra_fingerprint: str
+    pinned_fingerprint: str
 
 
 def _evil_cuda_repository(root: Path, extra: SigningKey, pinned_key: str) -> None:
@@ -107,7 +108,7 @@ def _rocky_trust_runs(workdir: Path) -> Iterator[RockyTrust]:
         finally:
             host.remove()
     yield RockyTrust(appended, keys_before, keys_after, written, evil_requests,
-                     extra.fingerprint)
+                     extra.fingerprint, repos.cuda_fingerprint)
 
 
 # A self-contained set-up: a background job queued behind the converges, its tests after
@@ -132,7 +133,8 @@ def test_an_appended_key_block_is_refused_before_rpm_imports_anything(
         run.explain())
     flat = " ".join(run.output.split())
     assert ("Refusing NVIDIA's CUDA repository: the key file at" in flat
-            and "holds 2 armored blocks where the vendor's file has one" in flat), run.explain()
+            and f"holds the pinned key {rocky_trust.pinned_fingerprint} and also "
+            f"{rocky_trust.extra_fingerprint};" in flat), run.explain()
     assert rocky_trust.rpm_keys_after_refusal == rocky_trust.rpm_keys_before
     assert "RPM-GPG-KEY-nvidia-cuda" not in rocky_trust.written_after_refusal
     assert "cuda-rhel9-x86_64.repo" not in rocky_trust.written_after_refusal
