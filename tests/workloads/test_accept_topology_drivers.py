@@ -10,6 +10,8 @@ as it is on hosts the fixtures do not model: a driver without
 
 from __future__ import annotations
 
+from typing import Any
+
 import pynvml
 import pytest
 
@@ -69,3 +71,25 @@ def test_a_link_to_a_power9_cpu_is_neither_a_gpu_nor_a_switch() -> None:
     assert path is not None and path.kind == "pcie"
     direct = graph.path(0, 1)
     assert direct is not None and direct.kind == "nvlink" and direct.links == 6
+
+
+def _without_remote_address(machine: Machine) -> Machine:
+    """``nvmlDeviceGetNvLinkRemotePciInfo`` answers NotSupported (the type still GPU)."""
+    for gpu in machine.readings["gpus"]:
+        for remote in gpu["nvlink_remote"]:
+            if remote:
+                remote["bus"] = None
+    return machine
+
+
+@pytest.mark.parametrize("board", [nvml_topologies.A100_PCIE_40GB, nvml_topologies.H100_NVL])
+def test_a_bridged_pair_whose_peer_address_nvml_withholds_is_not_called_pcie(board: Any) -> None:
+    """The bridged pair is NVLink (P2P over NVLink is OK), its links' far ends are unknown:
+    not "a GPU this host cannot see", not a PCIe path; still no healthy pair fails."""
+    machine = _without_remote_address(nvml_topologies.bridged(board))
+    nvml_rows, p2p_rows = judge(machine)
+    assert not [f for f in nvml_rows if f.item == "NVLink peers"]
+    assert [f for f in nvml_rows + p2p_rows if f.verdict not in (PASS, INFO)] == []
+    paths = p2p_rows[0].details["path"]
+    assert paths[0][1].startswith("NVLink") and "not named by NVML" in paths[0][1]
+    assert paths[0][2].startswith("PCIe")

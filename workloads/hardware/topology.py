@@ -96,6 +96,8 @@ class Path:
 
     def text(self) -> str:
         version = nvlink_version_text(self.version) if self.version is not None else "?"
+        if self.kind == "nvlink" and not self.links:
+            return f"NVLink {version}, links between them not named by NVML"
         if self.kind == "nvlink":
             return f"{self.links} × NVLink {version}"
         if self.kind == "nvswitch":
@@ -121,12 +123,13 @@ class Topology:
         return {n.bus for n in self.nodes if n.bus}
 
     def unseen_peers(self, index: int) -> list[Link]:
-        """Links up to a GPU whose address is not one of this host's GPUs."""
+        """Links up to a GPU whose address NVML names and is not one of this host's GPUs (a
+        GPU link whose address NVML does not give leads to a GPU unknown, not one unseen)."""
         node = self.node(index)
         if node is None:
             return []
-        return [link for link in node.up
-                if link.remote == GPU and link.remote_bus not in self.buses]
+        return [link for link in node.up if link.remote == GPU
+                and link.remote_bus is not None and link.remote_bus not in self.buses]
 
     def path(self, a: int, b: int) -> Path | None:
         """What joins GPUs ``a`` and ``b``; None when either is not in the graph."""
@@ -137,6 +140,10 @@ class Topology:
         direct = [link for link in first.up if link.remote == GPU and link.remote_bus == second.bus]
         if direct:
             return Path("nvlink", len(direct), _lowest(direct), facts.ancestor)
+        unnamed = [[link for link in n.up if link.remote == GPU and link.remote_bus is None]
+                   for n in (first, second)]
+        if all(unnamed) and facts.nvlink_p2p:  # NVLinks to GPUs NVML gives no address of
+            return Path("nvlink", 0, _lowest(unnamed[0] + unnamed[1]), facts.ancestor)
         via = [[link for link in n.up if link.remote in (SWITCH, UNSEEN)] for n in (first, second)]
         if all(via) and facts.nvlink_p2p is not False:
             return Path("nvswitch", min(len(v) for v in via), _lowest(via[0] + via[1]),
