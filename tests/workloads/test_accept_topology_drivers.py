@@ -91,5 +91,26 @@ def test_a_bridged_pair_whose_peer_address_nvml_withholds_is_not_called_pcie(boa
     assert not [f for f in nvml_rows if f.item == "NVLink peers"]
     assert [f for f in nvml_rows + p2p_rows if f.verdict not in (PASS, INFO)] == []
     paths = p2p_rows[0].details["path"]
-    assert paths[0][1].startswith("NVLink") and "not named by NVML" in paths[0][1]
+    assert paths[0][1].startswith(machine.paths[(0, 1)][2]), paths[0][1]
     assert paths[0][2].startswith("PCIe")
+
+
+@pytest.mark.parametrize("board", [nvml_topologies.A100_PCIE_40GB, nvml_topologies.H100_NVL])
+def test_a_slow_bridged_pair_whose_peer_address_nvml_withholds_still_fails(board: Any) -> None:
+    machine = _without_remote_address(nvml_topologies.bridged(board))
+    _, p2p_rows = judge(machine, slow={(2, 3): 0.6})
+    summary, *named = p2p_rows
+    assert summary.verdict == FAIL
+    assert [f.device for f in named if f.verdict == FAIL] == ["GPU 2 → GPU 3"]
+
+
+def test_a_mesh_whose_peer_addresses_nvml_withholds_names_no_link_count() -> None:
+    """A DGX-1 joins each GPU to four peers: which links lead where is unknown, so the pair
+    is NVLink with no limit (a figure), never a guessed count and never PCIe."""
+    machine = _without_remote_address(nvml_topologies.dgx1())
+    graph = read_topology(FakeNvml(machine.readings))
+    path = graph.path(0, 1)
+    assert path is not None and path.kind == "nvlink" and path.links == 0
+    assert "not named by NVML" in path.text()
+    nvml_rows, _ = judge(machine)
+    assert not [f for f in nvml_rows if f.item == "NVLink peers"]

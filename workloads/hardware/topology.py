@@ -131,6 +131,11 @@ class Topology:
         return [link for link in node.up if link.remote == GPU
                 and link.remote_bus is not None and link.remote_bus not in self.buses]
 
+    def nvlink_peers(self, index: int) -> int:
+        """How many GPUs NVML says ``index`` may copy to over NVLink."""
+        return sum(1 for pair, facts in self.pairs.items()
+                   if index in pair and facts.nvlink_p2p)
+
     def path(self, a: int, b: int) -> Path | None:
         """What joins GPUs ``a`` and ``b``; None when either is not in the graph."""
         first, second = self.node(a), self.node(b)
@@ -143,7 +148,10 @@ class Topology:
         unnamed = [[link for link in n.up if link.remote == GPU and link.remote_bus is None]
                    for n in (first, second)]
         if all(unnamed) and facts.nvlink_p2p:  # NVLinks to GPUs NVML gives no address of
-            return Path("nvlink", 0, _lowest(unnamed[0] + unnamed[1]), facts.ancestor)
+            # Each the other's only NVLink peer (a bridged pair): every such link joins them.
+            only = all(self.nvlink_peers(n) == 1 for n in (a, b))
+            return Path("nvlink", min(map(len, unnamed)) if only else 0,
+                        _lowest(unnamed[0] + unnamed[1]), facts.ancestor)
         via = [[link for link in n.up if link.remote in (SWITCH, UNSEEN)] for n in (first, second)]
         if all(via) and facts.nvlink_p2p is not False:
             return Path("nvswitch", min(len(v) for v in via), _lowest(via[0] + via[1]),
