@@ -3,7 +3,8 @@
 Every machine of :mod:`tests.host.nvml_topologies` again, with what NVML answers changed
 as it is on hosts the fixtures do not model: a driver without
 ``nvmlDeviceGetNvLinkRemoteDeviceType`` (NVML_ERROR_NOT_SUPPORTED for every link, while
-``nvmlDeviceGetNvLinkRemotePciInfo`` still names the far end), and links to a POWER9 CPU
+``nvmlDeviceGetNvLinkRemotePciInfo`` still names the far end), one where
+``nvmlDeviceGetNvLinkRemotePciInfo`` answers NotSupported, and links to a POWER9 CPU
 (``pynvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU``). Verdicts are the battery's own, through
 :func:`tests.workloads.test_accept_topology.judge`.
 """
