@@ -206,6 +206,8 @@ def pair_limit(
         generation = decoded[0] if decoded else (min(specs) if specs else None)
         limit = reference.nvlink_gbps(generation, path.links)
         cite = reference.ref(reference.nvlink_source)
+        if not path.links:
+            return None, f"{path.text()}: no limit to judge against", "p2p_nvlink"
         if limit is None:
             return None, f"{path.text()}: no sourced figure for its per-link rate", "p2p_nvlink"
         return limit, f"{path.text()} {cite}", "p2p_nvlink"

@@ -16,15 +16,20 @@ see. So a pair's limit is taken from what NVML says of that pair, never from the
 * whether the GPU is passed through to a VM (``nvmlDeviceGetVirtualizationMode``,
   ``NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH``): there its board's other GPUs may be elsewhere.
 
-A link that is up but whose far end NVML cannot name is taken to lead to an NVSwitch this
-host cannot see, as NCCL does (NVIDIA/nccl issue #1182: "in VMs we may not be able to see
-the NVSwitches"). Every query that fails reads as None, never an error. The link count is
-the device's own: the links for which NVML answers a state, up to ``NVML_NVLINK_MAX_LINKS``.
+A link whose far end's PCI address is one of this host's GPUs leads to that GPU, whatever
+``nvmlDeviceGetNvLinkRemoteDeviceType`` answers: drivers before it existed (it came after
+``nvmlDeviceGetNvLinkRemotePciInfo``) still name the address, and a DGX-1's direct links
+must not read as switch links. A link to an ``NVML_NVLINK_DEVICE_TYPE_IBMNPU`` (a POWER9
+CPU's NVLink) leads to the CPU: not a GPU, not a switch. A link that is up but whose far
+end NVML cannot name is taken to lead to an NVSwitch this host cannot see, as NCCL does
+(NVIDIA/nccl issue #1182: "in VMs we may not be able to see the NVSwitches"). Every query
+that fails reads as None, never an error. The link count is the device's own: the links
+for which NVML answers a state, up to ``NVML_NVLINK_MAX_LINKS``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pynvml
@@ -32,7 +37,7 @@ import pynvml
 from workloads.hardware.nvml import nvlink_version, nvlink_version_text
 from workloads.hardware.nvml_errors import sysfs_bdf
 
-GPU, SWITCH, UNSEEN = "GPU", "NVSwitch", "unseen"
+GPU, SWITCH, CPU, UNSEEN = "GPU", "NVSwitch", "CPU", "unseen"
 
 # NVML's PCIe levels (nvmlGpuTopologyLevel_t) in words, for the p2p row's path.
 PCIE_PATHS = {
@@ -52,7 +57,7 @@ class Link:
     link: int
     up: bool
     version: int | None = None  # nvmlNvlinkVersion_t
-    remote: str | None = None  # GPU, NVSwitch, or UNSEEN (up, far end not named)
+    remote: str | None = None  # GPU, NVSwitch, CPU, or UNSEEN (up, far end not named)
     remote_bus: str | None = None  # the far end's PCI address, sysfs form
 
 
@@ -91,6 +96,8 @@ class Path:
 
     def text(self) -> str:
         version = nvlink_version_text(self.version) if self.version is not None else "?"
+        if self.kind == "nvlink" and not self.links:
+            return f"NVLink {version}, links between them not named by NVML"
         if self.kind == "nvlink":
             return f"{self.links} × NVLink {version}"
         if self.kind == "nvswitch":
@@ -116,12 +123,18 @@ class Topology:
         return {n.bus for n in self.nodes if n.bus}
 
     def unseen_peers(self, index: int) -> list[Link]:
-        """Links up to a GPU whose address is not one of this host's GPUs."""
+        """Links up to a GPU whose address NVML names and is not one of this host's GPUs (a
+        GPU link whose address NVML does not give leads to a GPU unknown, not one unseen)."""
         node = self.node(index)
         if node is None:
             return []
-        return [link for link in node.up
-                if link.remote == GPU and link.remote_bus not in self.buses]
+        return [link for link in node.up if link.remote == GPU
+                and link.remote_bus is not None and link.remote_bus not in self.buses]
+
+    def nvlink_peers(self, index: int) -> int:
+        """How many GPUs NVML says ``index`` may copy to over NVLink."""
+        return sum(1 for pair, facts in self.pairs.items()
+                   if index in pair and facts.nvlink_p2p)
 
     def path(self, a: int, b: int) -> Path | None:
         """What joins GPUs ``a`` and ``b``; None when either is not in the graph."""
@@ -132,6 +145,13 @@ class Topology:
         direct = [link for link in first.up if link.remote == GPU and link.remote_bus == second.bus]
         if direct:
             return Path("nvlink", len(direct), _lowest(direct), facts.ancestor)
+        unnamed = [[link for link in n.up if link.remote == GPU and link.remote_bus is None]
+                   for n in (first, second)]
+        if all(unnamed) and facts.nvlink_p2p:  # NVLinks to GPUs NVML gives no address of
+            # Each the other's only NVLink peer (a bridged pair): every such link joins them.
+            only = all(self.nvlink_peers(n) == 1 for n in (a, b))
+            return Path("nvlink", min(map(len, unnamed)) if only else 0,
+                        _lowest(unnamed[0] + unnamed[1]), facts.ancestor)
         via = [[link for link in n.up if link.remote in (SWITCH, UNSEEN)] for n in (first, second)]
         if all(via) and facts.nvlink_p2p is not False:
             return Path("nvswitch", min(len(v) for v in via), _lowest(via[0] + via[1]),
@@ -171,8 +191,9 @@ def read_links(nvml: Any, handle: Any) -> tuple[Link, ...]:
             links.append(Link(index, False))
             continue
         kind = _read(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType", handle, index)
-        remote = (GPU if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
-                  else SWITCH if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH else UNSEEN)
+        remote = {pynvml.NVML_NVLINK_DEVICE_TYPE_GPU: GPU,
+                  pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH: SWITCH,
+                  pynvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU: CPU}.get(kind, UNSEEN)
         links.append(Link(
             index, True, _read(nvml, "nvmlDeviceGetNvLinkVersion", handle, index), remote,
             _bus(_read(nvml, "nvmlDeviceGetNvLinkRemotePciInfo", handle, index))))
@@ -194,6 +215,10 @@ def read_topology(nvml: Any, count: int | None = None) -> Topology:
              == pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH)
         for i, h in enumerate(handles)
     ]
+    buses = {n.bus for n in nodes if n.bus}
+    nodes = [replace(n, links=tuple(
+        replace(link, remote=GPU) if link.up and link.remote_bus in buses else link
+        for link in n.links)) for n in nodes]
     pairs = {
         (a, b): PairFacts(
             _status_ok(nvml, handles[a], handles[b], pynvml.NVML_P2P_CAPS_INDEX_NVLINK),
