@@ -41,7 +41,8 @@ def gpu_identity(record: dict[str, Any], gpus: int) -> tuple[list[str], list[str
     Names from `devices` (the battery's per-GPU list), else `env.gpus`; UUIDs from
     `devices` only (None where it has none).
     """
-    devices = [d for d in record.get("devices") or [] if isinstance(d, dict)]
+    raw = record.get("devices")
+    devices = [d for d in raw if isinstance(d, dict)] if isinstance(raw, list) else []
     env = record.get("env")
     listed = env.get("gpus") if isinstance(env, dict) else None
     names = [str(g.get("name", "GPU")) if isinstance(g, dict) else str(g)

@@ -94,7 +94,9 @@ def _ranked(row: dict[str, Any]) -> bool:
     Of the pair matrix only its summary (the slowest pair) is ranked; a row per bad pair
     ("GPU 2 → GPU 5") says which, and is the summary's evidence, not a figure of its own.
     """
-    if row.get("check") not in PERFORMANCE_CHECKS or _number(row.get("value")) is None:
+    check = row.get("check")
+    if not isinstance(check, str) or check not in PERFORMANCE_CHECKS \
+            or _number(row.get("value")) is None:
         return False
     return row.get("check") != "p2p" or row.get("item") == P2P_SUMMARY
 
@@ -182,6 +184,11 @@ def _findings(record: dict[str, Any], links: list[Link]) -> list[tuple[str, str]
     return out
 
 
+def listed(value: Any) -> list[Any]:
+    """`value` if a list, else none: a record edited by hand may hold anything anywhere."""
+    return value if isinstance(value, list) else []
+
+
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -245,7 +252,7 @@ def host_from_record(name: str, record: dict[str, Any]) -> Host:
     links = _links(record)
     expected, bad_expectation = _expected_gpus(record)
     rows, notes, with_figure, problem_rows = _row_inventory(record)
-    labels = [str(d.get("label")) for d in record.get("devices") or []
+    labels = [str(d.get("label")) for d in listed(record.get("devices"))
               if isinstance(d, dict) and GPU_LABEL.fullmatch(str(d.get("label")))]
     selected = record.get("checks_selected")
     partial = _record_problems(record)
@@ -282,7 +289,10 @@ def host_from_bytes(name: str, data: bytes) -> Host:
         return unreadable(name, clip(str(exc), 80))
     if not isinstance(record, dict):
         return unreadable(name, f"a JSON {type(record).__name__}, not an object")
-    return host_from_record(str(record.get("host") or name), record)
+    # The file's name, not the record's "host": accept.yml names the file by the inventory
+    # host, and a record copied or edited under another name must not take over a host's
+    # verdict (or become a second host of the same name while its own goes unjudged).
+    return host_from_record(name, record)
 
 
 def unreadable(name: str, why: str) -> Host:
