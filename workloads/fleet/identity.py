@@ -12,11 +12,13 @@ NVML's UUID is the GPU's own identity, burned into the board ("GPU-" and 16 byte
 machine measured twice under two names (an inventory alias, a record copied over
 another host's), or within one record a GPU counted twice: either way a host's verdict is
 not about the machine it names, so every host holding it fails, naming the other.
-A record without UUIDs (written before the battery listed them) is not checked.
+A record without UUIDs (written before the battery listed them), or with a placeholder
+where one should be ("N/A"), is not checked; a UUID in upper case is the same GPU.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -24,6 +26,9 @@ from workloads.fleet.model import Host, Reason
 from workloads.fleet.reasons import device_list
 
 VENDOR = "NVIDIA "
+# nvmlDeviceGetUUID: "GPU-" and 16 bytes in hex with dashes; a MIG instance's "MIG-..."
+UUID_FORM = re.compile(r"(?:gpu|mig|mig-gpu)-[0-9a-f/-]+")  # an old MIG one: MIG-GPU-.../1/0
+HEX = frozenset("0123456789abcdef")
 WHY_ELSEWHERE = ("one GPU in two records: a machine measured under two names, or a record "
                  "copied over another's; measure each machine under its own name")
 WHY_HERE = ("one GPU listed twice: the record was edited or merged; run the battery on this "
@@ -49,10 +54,24 @@ def gpu_identity(record: dict[str, Any], gpus: int) -> tuple[list[str], list[str
              for g in listed] if isinstance(listed, list) else []
     if len(devices) == gpus and all(d.get("name") for d in devices):
         names = [str(d["name"]) for d in devices]
-    uuids: list[str | None] = [
-        str(d["uuid"])[:80] if isinstance(d.get("uuid"), str) and d["uuid"] else None
-        for d in devices] if len(devices) == gpus else [None] * gpus
+    uuids: list[str | None] = [nvml_uuid(d.get("uuid"))
+                               for d in devices] if len(devices) == gpus else [None] * gpus
     return names[:gpus], uuids
+
+
+def nvml_uuid(value: object) -> str | None:
+    """`value` as NVML writes a UUID (lowercase), or None where it is none.
+
+    The same GPU spelled in upper case or padded (a record edited by hand) is the same GPU;
+    a placeholder ("N/A", "[N/A]", "Unknown": nvidia-smi's words for a field not read)
+    identifies nothing, and hosts that all hold it do not share a GPU.
+    """
+    if not isinstance(value, str):
+        return None
+    text = value.strip().lower()
+    if not UUID_FORM.fullmatch(text) or sum(c in HEX for c in text[4:]) < 16:
+        return None
+    return text[:80]
 
 
 def model_reasons(devices: list[str], names: list[str]) -> list[Reason]:
