@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import Any
 
 from workloads.fleet.model import Host, Reason
@@ -74,12 +75,14 @@ def nvml_uuid(value: object) -> str | None:
     return text[:80]
 
 
-def model_reasons(devices: list[str], names: list[str]) -> list[Reason]:
-    """A `fail` per model that some of the host's GPUs are and most of them are not."""
+def model_reasons(devices: list[str], names: list[str], usual: str | None = None
+                  ) -> list[Reason]:
+    """A `fail` per model that some of the host's GPUs are and most of them (or `usual`'s,
+    where a tie was settled by the fleet: `settle_ties`) are not."""
     tally = Counter(names)
     if len(tally) < 2 or len(devices) != len(names):
         return []
-    usual = min(tally, key=lambda name: (-tally[name], name))  # as load.hardware_group
+    usual = usual or min(tally, key=lambda name: (-tally[name], name))  # as load.hardware_group
     odd: dict[str, list[str | None]] = defaultdict(list)
     for device, name in zip(devices, names, strict=True):
         if name != usual:
@@ -91,6 +94,36 @@ def model_reasons(devices: list[str], names: list[str]) -> list[Reason]:
                                       f"host's other GPUs are {_short(usual)}",
                               tuple(f"{d}: {name}" for d in where if d is not None)))
     return reasons
+
+
+def settle_ties(hosts: list[Host]) -> list[Host]:
+    """Hosts split evenly between models (4 + 4) grouped with the fleet's, not the alphabet's.
+
+    Read alone, a host of four H100s and four A100s has no model most of its GPUs are; the
+    record's reader takes the first by name, which would put it in a group of its own and
+    name the four GPUs its siblings share as the odd ones ("GPUs 4–7 are H100 ... where this
+    host's other GPUs are A100"), sending the operator to swap the wrong four. The fleet
+    decides: of the tied models, the one with the most GPUs on the other hosts (then the
+    first by name); the host joins that group and the other GPUs are named.
+    """
+    fleet: Counter[str] = Counter()
+    for host in hosts:
+        fleet.update(host.gpu_models)
+    settled = []
+    for host in hosts:
+        tally = Counter(host.gpu_models)
+        top = max(tally.values(), default=0)
+        tied = sorted(name for name, count in tally.items() if count == top)
+        if len(tied) < 2 or len(host.gpu_models) != len(host.gpu_devices):
+            settled.append(host)
+            continue
+        others = fleet - tally
+        usual = min(tied, key=lambda name: (-others[name], name))
+        before = model_reasons(host.gpu_devices, host.gpu_models)
+        problems = [p for p in host.problems if p not in before]
+        settled.append(replace(host, group=usual, problems=[
+            *problems, *model_reasons(host.gpu_devices, host.gpu_models, usual)]))
+    return settled
 
 
 def duplicate_uuid_reasons(hosts: list[Host]) -> dict[str, list[Reason]]:

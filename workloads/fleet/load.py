@@ -260,7 +260,7 @@ def host_from_record(name: str, record: dict[str, Any]) -> Host:
     devices = labels if len(labels) == gpus else [f"GPU {i}" for i in range(gpus)]
     return Host(name=name, group=hardware_group(record), figures=figures,
                 findings=_findings(record, links), gpus=gpus, expected_gpus=expected,
-                gpu_devices=devices, gpu_uuids=uuids,
+                gpu_devices=devices, gpu_uuids=uuids, gpu_models=names,
                 links=links, rows=rows, row_notes=notes, figure_keys=with_figure,
                 problem_rows=problem_rows,
                 selected=[str(c) for c in selected] if isinstance(selected, list) else [],

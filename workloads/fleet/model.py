@@ -80,6 +80,7 @@ class Host:
     expected_gpus: int | None = None
     gpu_devices: list[str] = field(default_factory=list)
     gpu_uuids: list[str | None] = field(default_factory=list)  # NVML's, beside gpu_devices
+    gpu_models: list[str] = field(default_factory=list)  # NVML's names, beside gpu_devices
     links: list[Link] = field(default_factory=list)
     rows: dict[str, set[str]] = field(default_factory=dict)
     row_notes: dict[str, str] = field(default_factory=dict)

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 
 from workloads.fleet.baselines import baseline_reasons
 from workloads.fleet.completeness import completeness
-from workloads.fleet.identity import duplicate_uuid_reasons
+from workloads.fleet.identity import duplicate_uuid_reasons, settle_ties
 from workloads.fleet.model import (
     VERDICT_ORDER,
     FleetVerdict,
@@ -37,6 +37,7 @@ def judge(hosts: list[Host], baselines: dict[str, Host] | None = None) -> FleetV
 
     `baselines` (host name to its accepted record) adds each host's drift from its own.
     """
+    hosts = settle_ties(hosts)
     stats, outliers, small = group_statistics(hosts)
     by_host: dict[str, list[Outlier]] = defaultdict(list)
     for outlier in outliers:
