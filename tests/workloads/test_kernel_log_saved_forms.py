@@ -5,7 +5,8 @@ The operator's next mistakes after an empty file: the journal's own binary file
 (`/var/log/journal/<machine>/system.journal`, which starts "LPKSHHRH" and is mostly
 binary), another binary file, a directory, a FIFO nobody writes to (a `mkfifo` left
 behind). None is this boot's kernel log: the row fails naming the path and the fix, and
-the scan ends within its deadline. A pipe that does carry a log (`journalctl -k -b |
+the scan ends within its deadline. Nor is a log whose lines are later than this boot is old
+(saved on another boot). A pipe that does carry a log (`journalctl -k -b |
 workloads accept --kernel-log /dev/stdin`) is read as a file is. The binaries are a
 fixed-seed corpus, each with a NUL somewhere in its first 64 KiB.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.workloads import kernel_log_fixture as klog
+from tests.workloads.sysfs_fixture import pci_tree
 from workloads.hardware import kernel_log
 
 # systemd's journal file header: the signature "LPKSHHRH", then binary fields.
@@ -83,3 +85,25 @@ def test_a_pipe_that_carries_a_log_is_read(tmp_path: Path) -> None:
     thread.join()
     assert scan.readable and scan.complete and scan.lines == len(lines)
     assert [g.first.code for g in scan.groups] == [79]
+
+
+@pytest.mark.parametrize("ends_at", [5_000.0, 86_400.0 * 30, 1e7])
+def test_another_boots_log_is_refused(tmp_path: Path, ends_at: float) -> None:
+    """Lines later than this boot's age: a log of another boot (`journalctl -k -b -1`)."""
+    path = klog.write(tmp_path / "old.log", klog.noise(ends_at - 1.0, 50))
+    scan = kernel_log.scan(path, uptime_s=ends_at / 2)
+    assert not scan.readable and "another boot's log" in str(scan.error)
+    assert kernel_log.scan(path, uptime_s=ends_at + 10).readable  # this boot's, if as old
+
+
+def test_the_battery_refuses_a_log_from_before_this_boot(tmp_path: Path) -> None:
+    """Through `errors.collect`, as the battery calls it, against this machine's uptime."""
+    from workloads.accept import errors
+
+    minutes = errors.uptime_minutes()
+    assert minutes is not None
+    path = klog.write(tmp_path / "old.log", klog.noise(minutes * 60 + 86_400.0, 20))
+    sysfs = pci_tree(tmp_path / "sys", {"0000:3b:00.0": {}})  # a GPU host: the row counts
+    [row] = [f for f in errors.collect(None, kernel_log_path=path, sysfs=sysfs)
+             if f.item == "kernel log"]
+    assert "another boot's log" in row.reason and row.verdict == "fail", row

@@ -101,14 +101,24 @@ def scan(
     deadline_s: float = 20.0,
     max_bytes: int = MAX_BYTES,
     commands: tuple[tuple[str, ...], ...] | None = None,
+    uptime_s: float | None = None,
 ) -> Scan:
     """XID and SXid events of this boot, those after ``after_us`` (kernel time) only if given.
 
-    ``path`` reads a saved kernel log (dmesg's or journalctl's text) instead of the commands.
+    ``path`` reads a saved kernel log (dmesg's or journalctl's text) instead of the commands;
+    with ``uptime_s`` (this boot's age, where the log was saved on this boot), one whose
+    lines are later than it is another boot's log (a file saved last week, ``journalctl -k
+    -b -1``), refused: this boot's XIDs are not in it.
     """
     deadline = time.monotonic() + deadline_s
     if path is not None:
-        return _scan_file(path, after_us, deadline, max_bytes)
+        found = _scan_file(path, after_us, deadline, max_bytes)
+        if uptime_s is not None and found.last_us is not None and \
+                found.last_us > (uptime_s + 1.0) * 1e6:
+            return Scan(str(path), error=f"{path} reaches {found.last_us / 1e6:,.0f} s after "
+                                         f"boot, and this boot is {uptime_s:,.0f} s old: it is "
+                                         "another boot's log")
+        return found
     errors = []
     commands = commands or (JOURNAL, DMESG)
     for argv in commands:
