@@ -322,6 +322,9 @@ def load_fleet(directory: Path, expected: Iterable[str] = ()) -> list[Host]:
                             "give the run directory accept.yml wrote (results/acceptance/<run>)")
     hosts = []
     for path in sorted(directory.glob("*.json")):
+        if not path.is_file() and path.exists():  # a FIFO would block the read: never opened
+            hosts.append(unreadable(path.stem, "is not a regular file"))
+            continue
         try:
             data = read_capped(path, MAX_RECORD_BYTES)
         except BadInput as exc:
