@@ -62,19 +62,3 @@ def test_a_record_that_is_no_file_fails_its_host_only(tmp_path: Path,
     assert "odd.json cannot be read" in hosts["odd"]["reasons"][0]
     assert {hosts[f"ok{i}"]["verdict"] for i in range(3)} == {"pass"}
 
-
-def test_a_link_to_a_record_is_read_as_the_record(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    run.mkdir()
-    for i in range(3):
-        (run / f"ok{i}.json").write_text(json.dumps(
-            synthetic_record(f"ok{i}", 2, random.Random(i), noise=0.01)))
-    kept = tmp_path / "kept.json"
-    kept.write_text(json.dumps(synthetic_record("linked", 2, random.Random(9), noise=0.01)))
-    (run / "linked.json").symlink_to(kept)
-    done = subprocess.run([sys.executable, "-m", "workloads", "report", "--fleet", str(run)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    hosts = {h["host"]: h for h in json.loads((run / "report" / "fleet.json").read_text())
-             ["hosts"]}
-    assert hosts["linked"]["verdict"] == "pass"

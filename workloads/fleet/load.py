@@ -289,10 +289,8 @@ def host_from_bytes(name: str, data: bytes) -> Host:
         return unreadable(name, clip(str(exc), 80))
     if not isinstance(record, dict):
         return unreadable(name, f"a JSON {type(record).__name__}, not an object")
-    # The file's name, not the record's "host": accept.yml names the file by the inventory
-    # host, and a record copied or edited under another name must not take over a host's
-    # verdict (or become a second host of the same name while its own goes unjudged).
-    return host_from_record(name, record)
+    given = record.get("host")  # a name only where it is text: not "[]", "5" or "{...}"
+    return host_from_record(given if isinstance(given, str) and given else name, record)
 
 
 def unreadable(name: str, why: str) -> Host:
