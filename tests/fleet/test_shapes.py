@@ -124,11 +124,11 @@ def test_one_slow_gpu_straddling_the_fail_line_is_one_line() -> None:
 NEW_SHAPES = [s for s in SCENARIOS if s.name in {
     "healthy, 2 hosts", "healthy, 2 GPU models", "no record (inventory)", "a record cut short",
     "a GPU of another model", "a UUID twice in a host", "a record under 2 names",
-    "2 hosts, one 40 % slow"}]
+    "2 hosts, one 40 % slow", "3 hosts, two 40 % slow", "a host split 4+4 models"}]
 
 
 def test_the_generated_shapes_are_all_there() -> None:
-    assert len(NEW_SHAPES) == 8
+    assert len(NEW_SHAPES) == 10
 
 
 @settings(max_examples=60, deadline=None)

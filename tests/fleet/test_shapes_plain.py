@@ -12,6 +12,7 @@ from typing import Any
 
 from tests.fleet.records import record, write
 from workloads.fleet.load import host_from_record
+from workloads.fleet.synthetic import gpu_uuid
 from workloads.fleet.verdict import judge
 
 
@@ -20,7 +21,7 @@ def _with_uuids(rec: dict[str, Any], host: str, names: list[str] | None = None
     gpus = len(rec["env"]["gpus"])
     names = names or rec["env"]["gpus"]
     rec["devices"] = [{"label": f"GPU {i}", "name": names[i],
-                       "uuid": f"GPU-{host}-{i:04d}-0000-0000-000000000000"}
+                       "uuid": gpu_uuid(host, i)}  # NVML's form: GPU- and hex
                       for i in range(gpus)]
     rec["env"]["gpus"] = list(names)
     return rec

@@ -87,3 +87,20 @@ def test_a_user_who_cannot_read_the_log_is_told_in_one_line(
     assert spec.command == ["accept"] and spec.kernel_log is None
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "--kernel-log FILE" in lines[0], lines
+
+
+@pytest.mark.parametrize("form", ["split", "joined"])
+def test_a_kernel_log_saved_on_the_host_is_mounted_for_the_battery(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str,
+        runs: list[tuple[Any, str | None]]) -> None:
+    """`-- accept --kernel-log FILE` with FILE on the host (the fix the runner's own line and
+    the row's reason give): the container cannot see FILE, so it is mounted at /kernel.log."""
+    monkeypatch.setattr(kernel_log, "JOURNAL", ("false",))  # the host's own: never read
+    monkeypatch.setattr(kernel_log, "DMESG", ("false",))
+    saved = klog.write(tmp_path / "kern.log", klog.noise(1.0, 30))
+    given = ["--kernel-log", str(saved)] if form == "split" else [f"--kernel-log={saved}"]
+    assert _run(tmp_path / "results", "accept", *given) == 0
+    [(spec, text)] = runs
+    assert spec.command == ["accept", "--kernel-log", "/kernel.log"]
+    assert Path(spec.kernel_log) == saved and text == saved.read_text()
+    assert saved.exists()  # the operator's own file stays

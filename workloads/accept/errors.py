@@ -355,11 +355,16 @@ def read(
     sysfs: Path | None = None,
     after_us: int | None = None,
     deadline_s: float = 20.0,
+    uptime_s: float | None = None,
 ) -> Readings:
-    """Read the kernel log, NVML's counters (``nvml`` None: no driver) and sysfs."""
+    """Read the kernel log, NVML's counters (``nvml`` None: no driver) and sysfs.
+
+    ``uptime_s``: a saved log reaching past it is another boot's (``kernel_log.scan``).
+    """
     sysfs = sysfs or aer_reader.SYSFS_PCI
     pci_gpus = aer_reader.nvidia_gpus(sysfs)
-    scan = kernel_log.scan(kernel_log_path, after_us=after_us, deadline_s=deadline_s)
+    scan = kernel_log.scan(kernel_log_path, after_us=after_us, deadline_s=deadline_s,
+                           uptime_s=uptime_s)
     gpus = nvml_errors.read_all(nvml) if nvml is not None else []
     counters = {bdf: aer_reader.read_gpu(bdf, sysfs) for bdf in pci_gpus}
     return Readings(scan, gpus, counters, pci_gpus)
@@ -416,5 +421,12 @@ def judge(
 
 
 def collect(nvml: Any, labels: dict[int, str] | None = None, **read_options: Any) -> list[Finding]:
-    """The ``errors`` check as the battery runs it: read everything, judge it."""
+    """The ``errors`` check as the battery runs it: read everything, judge it.
+
+    A saved log (the battery reads it just after it was saved on this boot) is held to this
+    boot's uptime, so another boot's log is not read as this one's.
+    """
+    if read_options.get("kernel_log_path") is not None and "uptime_s" not in read_options:
+        minutes = uptime_minutes()
+        read_options["uptime_s"] = minutes * 60 if minutes is not None else None
     return judge(read(nvml, **read_options), labels)

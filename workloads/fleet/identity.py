@@ -12,18 +12,24 @@ NVML's UUID is the GPU's own identity, burned into the board ("GPU-" and 16 byte
 machine measured twice under two names (an inventory alias, a record copied over
 another host's), or within one record a GPU counted twice: either way a host's verdict is
 not about the machine it names, so every host holding it fails, naming the other.
-A record without UUIDs (written before the battery listed them) is not checked.
+A record without UUIDs (written before the battery listed them), or with a placeholder
+where one should be ("N/A"), is not checked; a UUID in upper case is the same GPU.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import Any
 
 from workloads.fleet.model import Host, Reason
 from workloads.fleet.reasons import device_list
 
 VENDOR = "NVIDIA "
+# nvmlDeviceGetUUID: "GPU-" and 16 bytes in hex with dashes; a MIG instance's "MIG-..."
+UUID_FORM = re.compile(r"(?:gpu|mig|mig-gpu)-[0-9a-f/-]+")  # an old MIG one: MIG-GPU-.../1/0
+HEX = frozenset("0123456789abcdef")
 WHY_ELSEWHERE = ("one GPU in two records: a machine measured under two names, or a record "
                  "copied over another's; measure each machine under its own name")
 WHY_HERE = ("one GPU listed twice: the record was edited or merged; run the battery on this "
@@ -41,25 +47,42 @@ def gpu_identity(record: dict[str, Any], gpus: int) -> tuple[list[str], list[str
     Names from `devices` (the battery's per-GPU list), else `env.gpus`; UUIDs from
     `devices` only (None where it has none).
     """
-    devices = [d for d in record.get("devices") or [] if isinstance(d, dict)]
+    raw = record.get("devices")
+    devices = [d for d in raw if isinstance(d, dict)] if isinstance(raw, list) else []
     env = record.get("env")
     listed = env.get("gpus") if isinstance(env, dict) else None
     names = [str(g.get("name", "GPU")) if isinstance(g, dict) else str(g)
              for g in listed] if isinstance(listed, list) else []
     if len(devices) == gpus and all(d.get("name") for d in devices):
         names = [str(d["name"]) for d in devices]
-    uuids: list[str | None] = [
-        str(d["uuid"])[:80] if isinstance(d.get("uuid"), str) and d["uuid"] else None
-        for d in devices] if len(devices) == gpus else [None] * gpus
+    uuids: list[str | None] = [nvml_uuid(d.get("uuid"))
+                               for d in devices] if len(devices) == gpus else [None] * gpus
     return names[:gpus], uuids
 
 
-def model_reasons(devices: list[str], names: list[str]) -> list[Reason]:
-    """A `fail` per model that some of the host's GPUs are and most of them are not."""
+def nvml_uuid(value: object) -> str | None:
+    """`value` as NVML writes a UUID (lowercase), or None where it is none.
+
+    The same GPU spelled in upper case or padded (a record edited by hand) is the same GPU;
+    a placeholder ("N/A", "[N/A]", "Unknown": nvidia-smi's words for a field not read)
+    identifies nothing, and hosts that all hold it do not share a GPU.
+    """
+    if not isinstance(value, str):
+        return None
+    text = value.strip().lower()
+    if not UUID_FORM.fullmatch(text) or sum(c in HEX for c in text[4:]) < 16:
+        return None
+    return text[:80]
+
+
+def model_reasons(devices: list[str], names: list[str], usual: str | None = None
+                  ) -> list[Reason]:
+    """A `fail` per model that some of the host's GPUs are and most of them (or `usual`'s,
+    where a tie was settled by the fleet: `settle_ties`) are not."""
     tally = Counter(names)
     if len(tally) < 2 or len(devices) != len(names):
         return []
-    usual = min(tally, key=lambda name: (-tally[name], name))  # as load.hardware_group
+    usual = usual or min(tally, key=lambda name: (-tally[name], name))  # as load.hardware_group
     odd: dict[str, list[str | None]] = defaultdict(list)
     for device, name in zip(devices, names, strict=True):
         if name != usual:
@@ -71,6 +94,36 @@ def model_reasons(devices: list[str], names: list[str]) -> list[Reason]:
                                       f"host's other GPUs are {_short(usual)}",
                               tuple(f"{d}: {name}" for d in where if d is not None)))
     return reasons
+
+
+def settle_ties(hosts: list[Host]) -> list[Host]:
+    """Hosts split evenly between models (4 + 4) grouped with the fleet's, not the alphabet's.
+
+    Read alone, a host of four H100s and four A100s has no model most of its GPUs are; the
+    record's reader takes the first by name, which would put it in a group of its own and
+    name the four GPUs its siblings share as the odd ones ("GPUs 4–7 are H100 ... where this
+    host's other GPUs are A100"), sending the operator to swap the wrong four. The fleet
+    decides: of the tied models, the one with the most GPUs on the other hosts (then the
+    first by name); the host joins that group and the other GPUs are named.
+    """
+    fleet: Counter[str] = Counter()
+    for host in hosts:
+        fleet.update(host.gpu_models)
+    settled = []
+    for host in hosts:
+        tally = Counter(host.gpu_models)
+        top = max(tally.values(), default=0)
+        tied = sorted(name for name, count in tally.items() if count == top)
+        if len(tied) < 2 or len(host.gpu_models) != len(host.gpu_devices):
+            settled.append(host)
+            continue
+        others = fleet - tally
+        usual = min(tied, key=lambda name: (-others[name], name))
+        before = model_reasons(host.gpu_devices, host.gpu_models)
+        problems = [p for p in host.problems if p not in before]
+        settled.append(replace(host, group=usual, problems=[
+            *problems, *model_reasons(host.gpu_devices, host.gpu_models, usual)]))
+    return settled
 
 
 def duplicate_uuid_reasons(hosts: list[Host]) -> dict[str, list[Reason]]:

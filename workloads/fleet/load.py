@@ -95,7 +95,9 @@ def _ranked(row: dict[str, Any]) -> bool:
     Of the pair matrix only its summary (the slowest pair) is ranked; a row per bad pair
     ("GPU 2 → GPU 5") says which, and is the summary's evidence, not a figure of its own.
     """
-    if row.get("check") not in PERFORMANCE_CHECKS or _number(row.get("value")) is None:
+    check = row.get("check")
+    if not isinstance(check, str) or check not in PERFORMANCE_CHECKS \
+            or _number(row.get("value")) is None:
         return False
     return row.get("check") != "p2p" or row.get("item") == P2P_SUMMARY
 
@@ -195,6 +197,11 @@ def _findings(record: dict[str, Any], links: list[Link]) -> list[tuple[str, str]
     return out
 
 
+def listed(value: Any) -> list[Any]:
+    """`value` if a list, else none: a record edited by hand may hold anything anywhere."""
+    return value if isinstance(value, list) else []
+
+
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -258,7 +265,7 @@ def host_from_record(name: str, record: dict[str, Any]) -> Host:
     links = _links(record)
     expected, bad_expectation = _expected_gpus(record)
     rows, notes, with_figure, problem_rows = _row_inventory(record)
-    labels = [str(d.get("label")) for d in record.get("devices") or []
+    labels = [str(d.get("label")) for d in listed(record.get("devices"))
               if isinstance(d, dict) and GPU_LABEL.fullmatch(str(d.get("label")))]
     selected = record.get("checks_selected")
     partial = _record_problems(record)
@@ -266,7 +273,7 @@ def host_from_record(name: str, record: dict[str, Any]) -> Host:
     devices = labels if len(labels) == gpus else [f"GPU {i}" for i in range(gpus)]
     return Host(name=name, group=hardware_group(record), figures=figures,
                 findings=_findings(record, links), gpus=gpus, expected_gpus=expected,
-                gpu_devices=devices, gpu_uuids=uuids,
+                gpu_devices=devices, gpu_uuids=uuids, gpu_models=names,
                 links=links, rows=rows, row_notes=notes, figure_keys=with_figure,
                 problem_rows=problem_rows,
                 selected=[str(c) for c in selected] if isinstance(selected, list) else [],
@@ -295,7 +302,8 @@ def host_from_bytes(name: str, data: bytes) -> Host:
         return unreadable(name, clip(str(exc), 80))
     if not isinstance(record, dict):
         return unreadable(name, f"a JSON {type(record).__name__}, not an object")
-    return host_from_record(str(record.get("host") or name), record)
+    given = record.get("host")  # a name only where it is text: not "[]", "5" or "{...}"
+    return host_from_record(given if isinstance(given, str) and given else name, record)
 
 
 def unreadable(name: str, why: str) -> Host:
@@ -325,6 +333,9 @@ def load_fleet(directory: Path, expected: Iterable[str] = ()) -> list[Host]:
                             "give the run directory accept.yml wrote (results/acceptance/<run>)")
     hosts = []
     for path in sorted(directory.glob("*.json")):
+        if not path.is_file() and path.exists():  # a FIFO would block the read: never opened
+            hosts.append(unreadable(path.stem, "is not a regular file"))
+            continue
         try:
             data = read_capped(path, MAX_RECORD_BYTES)
         except BadInput as exc:

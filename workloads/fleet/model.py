@@ -80,6 +80,7 @@ class Host:
     expected_gpus: int | None = None
     gpu_devices: list[str] = field(default_factory=list)
     gpu_uuids: list[str | None] = field(default_factory=list)  # NVML's, beside gpu_devices
+    gpu_models: list[str] = field(default_factory=list)  # NVML's names, beside gpu_devices
     links: list[Link] = field(default_factory=list)
     rows: dict[str, set[str]] = field(default_factory=dict)
     row_notes: dict[str, str] = field(default_factory=dict)
@@ -129,16 +130,20 @@ class Outlier:
     gap: float
     level: str
     pair: bool = False  # a group of two: `reference` is the other host's
+    peer: str | None = None  # a group of three: `reference` is this other host's, the best
 
     @property
     def against(self) -> str:
-        return "the other host" if self.pair else "its group"
+        return "the other host" if self.pair else (self.peer or "its group")
 
     def reason(self) -> str:
         where = f"{self.figure.device} " if self.figure.device is not None else ""
         side = "below" if self.figure.higher_is_better else "above"
-        whose = ("the other host's" if self.pair else "its group's")
-        of = "the other host of its group of two" if self.pair else "the median of the other hosts"
+        whose = ("the other host's" if self.pair else f"{self.peer}'s" if self.peer
+                 else "its group's")
+        of = ("the other host of its group of two" if self.pair else
+              "the best of the two other hosts of its group of three" if self.peer
+              else "the median of the other hosts")
         return (f"{where}{self.figure.check} {self.figure.value:.4g} {self.figure.unit} is "
                 f"{self.gap:.0%} {side} {whose} {self.reference:.4g} ({of})")
 

@@ -30,6 +30,11 @@ never reaches this module: reading the record names it as the host's failure. A 
 by fewer than `MIN_GROUP` hosts gets no statistics, and a group that small is named in the
 report as judged by its records and the datasheet alone.
 
+A group of three has a median of the others, but of two: their mean, which a second slow
+host drags halfway down ([100, 60, 60] would pass both 60s). So there, beside the
+statistics, each figure is also held to the pair's rule against the better of the other
+two hosts (`_trio_outliers`).
+
 A group of two (two hosts, or a series only two hosts of a group hold) has no median of
 "the others" but the other host, and no spread to judge a modest gap by: which of two
 figures 12 % apart is the odd one cannot be told. A gap of `FAIL_GAP` (30 %) or more can:
@@ -164,6 +169,10 @@ def group_statistics(hosts: list[Host]) -> tuple[list[SeriesStats], list[Outlier
                 if holders == 2:
                     outliers.extend(_series_outliers(figures, fail_only=True))
                 continue
+            if holders == MIN_GROUP:
+                outliers.extend(_trio_outliers(figures))
+            else:
+                outliers.extend(_series_outliers(figures))
             values = [f.value for f in figures]
             median = statistics.median(values)
             mad = statistics.median(abs(v - median) for v in values)
@@ -171,5 +180,28 @@ def group_statistics(hosts: list[Host]) -> tuple[list[SeriesStats], list[Outlier
             fail = median * (1 - FAIL_GAP) if figures[0].higher_is_better else \
                 median * (1 + FAIL_GAP)
             stats.append(SeriesStats(group, name, holders, median, mad, low, high, fail))
-            outliers.extend(_series_outliers(figures))
     return stats, outliers, small
+
+
+def _trio_outliers(figures: list[Figure]) -> list[Outlier]:
+    """Three hosts: the statistics, and each figure against the best of the other two.
+
+    The median of two others is their mean: one more slow host drags it halfway down, and
+    [100, 60, 60] would pass both 60s that the pair [100, 60] fails. So, as in a pair (a
+    healthy machine does not run faster than healthy), a figure `FAIL_GAP` or more worse
+    than the better of the other two hosts' (their median, for a figure per GPU) fails.
+    """
+    found = {id(o.figure): o for o in _series_outliers(figures)}
+    by_host: dict[str, list[Figure]] = defaultdict(list)
+    for figure in figures:
+        by_host[figure.host].append(figure)
+    medians = {host: statistics.median(f.value for f in own) for host, own in by_host.items()}
+    for host, own in by_host.items():
+        others = [h for h in medians if h != host]
+        for figure in own:
+            peer = (max if figure.higher_is_better else min)(others, key=lambda h: medians[h])
+            outlier = is_outlier(figure, medians[peer], 0.0)
+            if outlier is not None and outlier.level == "fail" and \
+                    getattr(found.get(id(figure)), "level", None) != "fail":
+                found[id(figure)] = replace(outlier, peer=peer)
+    return list(found.values())

@@ -8,8 +8,9 @@ In a healthy fleet (of 3-16 hosts of one GPU model, of two hosts, or of two GPU 
 every host should pass; in the others one host carries one planted fault (a GPU missing,
 NVLinks down, one GPU slow by a given share, a check or a dtype missing, an empty or
 unfinished record, no record at all, a record cut short, a GPU of another model, a UUID
-twice in one record, one of two hosts 40 % slow) or two hosts do (one machine's record
-under two names: both fail) and should not pass. Counted: the planted hosts judged `pass`
+twice in one record, one of two hosts 40 % slow, a host's GPUs split evenly between two
+models) or two hosts do (one machine's record under two names: both fail; two of three
+hosts 40 % slow) and should not pass. Counted: the planted hosts judged `pass`
 (misses), `warn` and `fail`; the healthy hosts judged anything but `pass` (false
 positives).
 """
@@ -51,7 +52,8 @@ class Scenario:
     `defect` plants a fault in one host's record; `fault` one the fleet's files carry:
     "missing record" (the inventory lists the host, the run has no record), "unreadable
     record" (its JSON cut short at a random byte), "copied record" (another host's record
-    under its name: both hosts are planted, both must fail).
+    under its name: both hosts are planted, both must fail), "second host too" (the next
+    host carries the same defect: both are planted).
     """
 
     name: str
@@ -94,6 +96,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("a record under 2 names", fault="copied record"),
     Scenario("2 hosts, one 40 % slow", lambda rng, gpus: Defect("slow host", factor=0.6),
              hosts=(2, 2)),
+    Scenario("3 hosts, two 40 % slow", lambda rng, gpus: Defect("slow host", factor=0.6),
+             fault="second host too", hosts=(3, 3)),
+    Scenario("a host split 4+4 models", _defect("split models")),
 )
 
 
@@ -104,11 +109,13 @@ def fleet_hosts(scenario: Scenario, rng: random.Random, gpus: int, noise: float
     planted = rng.randrange(size) if not scenario.healthy else None
     defect = scenario.defect(rng, gpus) if scenario.defect is not None else None
     names = [f"h{i}" for i in range(size)]
+    also = (planted + 1) % size if planted is not None and \
+        scenario.fault == "second host too" else None
     records = {name: synthetic_record(name, gpus, rng, noise=noise,
-                                      defect=defect if i == planted else None,
+                                      defect=defect if i in (planted, also) else None,
                                       model=scenario.models[i % len(scenario.models)])
                for i, name in enumerate(names)}
-    bad = {names[planted]} if planted is not None else set()
+    bad = {names[i] for i in (planted, also) if i is not None}
     if planted is not None and scenario.fault == "copied record":
         source = names[(planted + 1 + rng.randrange(size - 1)) % size]
         records[names[planted]] = copy.deepcopy(records[source])

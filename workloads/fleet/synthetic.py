@@ -34,7 +34,7 @@ SOURCE = "H100 SXM5 80GB datasheet [h100-datasheet, 2023-09]"
 
 DEFECTS = ("missing GPU", "NVLink down", "slow GPU", "slow host", "missing check",
            "missing dtype", "empty record", "partial record", "other-model GPU",
-           "duplicate UUID")
+           "duplicate UUID", "split models")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class Defect:
                 f"{self.links_down} NVLink(s) down on GPU {self.gpu}", "slow GPU":
                 f"GPU {self.gpu} at {self.factor:.0%}", "slow host": f"host at {self.factor:.0%}",
                 "other-model GPU": f"GPU {self.gpu} is {OTHER_GPU_NAME}",
+                "split models": f"half the GPUs (GPU {self.gpu}'s half) are {OTHER_GPU_NAME}",
                 "duplicate UUID": f"GPU {self.gpu} has another GPU's UUID",
                 "missing check": f"no {self.check} rows",
                 "missing dtype": f"no matmul {self.dtype} rows"}.get(self.kind, self.kind)
@@ -138,6 +139,10 @@ def synthetic_record(host: str, gpus: int, rng: random.Random, slow_gpu: int | N
     if defect is not None and kind == "other-model GPU" and defect.gpu < len(devices):
         devices[defect.gpu].update(name=OTHER_GPU_NAME, model="H100 SXM5 96GB",
                                    pci_device_id="0x2338")  # pci.ids: GH100 [H100 SXM5 96GB]
+    if defect is not None and kind == "split models" and len(devices) > 1:
+        half = len(devices) // 2  # an even split: GPU `gpu`'s half is the other model
+        for entry in devices[:half] if defect.gpu < half else devices[half:2 * half]:
+            entry.update(name=OTHER_GPU_NAME, model="H100 SXM5 96GB", pci_device_id="0x2338")
     if defect is not None and kind == "duplicate UUID" and len(devices) > 1:
         twin = (defect.gpu + 1) % len(devices)
         devices[defect.gpu]["uuid"] = devices[twin]["uuid"]

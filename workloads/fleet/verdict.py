@@ -5,7 +5,8 @@ be read, when its battery did not run or left a partial record, when one of its 
 another model than its others or shares its UUID with another GPU (`identity`), when it
 lacks a GPU, an NVLink or a row its group has (`completeness`), when a check failed against
 its hardware's limit (the battery's own verdict), or when a figure is 30 % or more below
-the other hosts of its group (in a group of two: the other host) or its own baseline;
+the other hosts of its group (in a group of two: the other host; of three: also the better
+of the other two) or its own baseline;
 `warn` when a check warned or a figure is an outlier by less, or 5 % or more below its own
 baseline (`baselines`); `pass` otherwise.
 Every reason is one line per cause that names the device and the figure, so the report can
@@ -18,7 +19,7 @@ from collections import Counter, defaultdict
 
 from workloads.fleet.baselines import baseline_reasons
 from workloads.fleet.completeness import completeness
-from workloads.fleet.identity import duplicate_uuid_reasons
+from workloads.fleet.identity import duplicate_uuid_reasons, settle_ties
 from workloads.fleet.model import (
     VERDICT_ORDER,
     FleetVerdict,
@@ -37,6 +38,7 @@ def judge(hosts: list[Host], baselines: dict[str, Host] | None = None) -> FleetV
 
     `baselines` (host name to its accepted record) adds each host's drift from its own.
     """
+    hosts = settle_ties(hosts)
     stats, outliers, small = group_statistics(hosts)
     by_host: dict[str, list[Outlier]] = defaultdict(list)
     for outlier in outliers:

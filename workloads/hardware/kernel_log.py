@@ -16,13 +16,14 @@ so memory stays small whatever the log holds. Nothing is written anywhere.
 from __future__ import annotations
 
 import os
+import select
 import selectors
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 from workloads.safefs import writing as safe_writing
 from workloads.hardware.xid import Event, parse_line, timestamp_us
@@ -101,20 +102,23 @@ def scan(
     deadline_s: float = 20.0,
     max_bytes: int = MAX_BYTES,
     commands: tuple[tuple[str, ...], ...] | None = None,
+    uptime_s: float | None = None,
 ) -> Scan:
     """XID and SXid events of this boot, those after ``after_us`` (kernel time) only if given.
 
-    ``path`` reads a saved kernel log (dmesg's or journalctl's text) instead of the commands.
+    ``path`` reads a saved kernel log (dmesg's or journalctl's text) instead of the commands;
+    with ``uptime_s`` (this boot's age, where the log was saved on this boot), one whose
+    lines are later than it is another boot's log (a file saved last week, ``journalctl -k
+    -b -1``), refused: this boot's XIDs are not in it.
     """
     deadline = time.monotonic() + deadline_s
     if path is not None:
-        try:
-            with path.open("rb") as stream:
-                found = _summarise(str(path), _FileLines(stream, deadline, max_bytes), after_us)
-        except OSError as exc:
-            return Scan(str(path), error=f"cannot read {path}: {exc.strerror or exc}")
-        if not found.lines:  # a boot's log is never empty: the save failed, not the GPUs
-            return Scan(str(path), error=f"{path} is empty, not a saved kernel log")
+        found = _scan_file(path, after_us, deadline, max_bytes)
+        if uptime_s is not None and found.last_us is not None and \
+                found.last_us > (uptime_s + 1.0) * 1e6:
+            return Scan(str(path), error=f"{path} reaches {found.last_us / 1e6:,.0f} s after "
+                                         f"boot, and this boot is {uptime_s:,.0f} s old: it is "
+                                         "another boot's log")
         return found
     errors = []
     commands = commands or (JOURNAL, DMESG)
@@ -146,23 +150,78 @@ def _summarise(source: str, lines: _FileLines | _CommandLines, after_us: int | N
     return result
 
 
-class _FileLines:
-    """The lines of a saved log, read until its end, ``max_bytes`` or the deadline."""
+def _scan_file(path: Path, after_us: int | None, deadline: float, max_bytes: int) -> Scan:
+    """A saved log: a file, or a pipe (``--kernel-log /dev/stdin``), read within the bounds.
 
-    def __init__(self, stream: BinaryIO, deadline: float, max_bytes: int) -> None:
-        self.stream = stream
+    Opened without blocking, so a FIFO nobody writes to cannot hold the battery past its
+    deadline; a directory is named as one; a file with NUL bytes is not a kernel log's text
+    (the journal's own binary file, ``/var/log/journal/.../system.journal``, is the usual
+    mistake) and is refused rather than read as a log without XIDs.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        return Scan(str(path), error=f"cannot read {path}: {exc.strerror or exc}")
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            return Scan(str(path), error=f"{path} is a directory, not a saved kernel log")
+        lines = _FileLines(fd, deadline, max_bytes)
+        found = _summarise(str(path), lines, after_us)
+    except OSError as exc:
+        return Scan(str(path), error=f"cannot read {path}: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+    if lines.binary:
+        return Scan(str(path), error=f"{path} is not text (it holds NUL bytes: a binary "
+                                     "journal file?), not a saved kernel log")
+    if not found.lines:  # a boot's log is never empty: the save failed, not the GPUs
+        why = "is empty" if found.complete else "gave no line within the time allowed"
+        return Scan(str(path), error=f"{path} {why}, not a saved kernel log")
+    return found
+
+
+class _FileLines:
+    """The lines of a saved log, read until its end, ``max_bytes`` or the deadline.
+
+    A line longer than 64 KiB comes in pieces; reading waits for a pipe's writer at most
+    until the deadline. ``binary`` says a NUL byte was read.
+    """
+
+    def __init__(self, fd: int, deadline: float, max_bytes: int) -> None:
+        self.fd = fd
         self.deadline = deadline
         self.max_bytes = max_bytes
         self.complete = True
+        self.binary = False
 
     def __iter__(self) -> Iterator[str]:
-        read = 0
-        while raw := self.stream.readline(1 << 16):  # a longer "line" comes in pieces
-            read += len(raw)
-            if read > self.max_bytes or time.monotonic() > self.deadline:
+        read, pending = 0, b""
+        while True:
+            left = self.deadline - time.monotonic()
+            if left <= 0 or read > self.max_bytes:
                 self.complete = False
                 return
-            yield raw.decode("utf-8", "replace")
+            ready, _, _ = select.select([self.fd], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:  # a pipe with a writer and nothing written yet
+                continue
+            if not chunk:
+                break
+            read += len(chunk)
+            if b"\0" in chunk:
+                self.binary, self.complete = True, False
+                return
+            *whole, pending = (pending + chunk).split(b"\n")
+            while len(pending) > 1 << 16:
+                whole.append(pending[: 1 << 16])
+                pending = pending[1 << 16:]
+            for line in whole:
+                yield line.decode("utf-8", "replace") + "\n"
+        if pending:
+            yield pending.decode("utf-8", "replace")
 
 
 class _CommandLines:

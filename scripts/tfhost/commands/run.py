@@ -129,16 +129,28 @@ def with_kernel_log(command: list[str], workdir: Path) -> tuple[list[str], Path 
     """For ``accept``: the command reading a saved copy of this boot's kernel log, and the copy.
 
     Saved as the calling user into ``workdir`` (private to this run); mounted read-only at
-    /kernel.log. A command that names its own --kernel-log, or another command, is left as
-    it is; where this user cannot read the log, one line says so and the battery's own
-    kernel-log row fails naming the option.
+    /kernel.log. A command that names its own --kernel-log FILE with FILE on this host (the
+    fix the battery's row gives, saved by root with journalctl) gets FILE mounted there
+    instead: the container cannot see the host's paths. One under /results (the container's
+    own path) and other commands are left as they are; where this user cannot read the log,
+    one line says so and the battery's own kernel-log row fails naming the option.
     """
-    from tfhost.runner import KERNEL_LOG_MOUNT
+    from tfhost.runner import KERNEL_LOG_MOUNT, RESULTS_MOUNT
     from workloads.hardware import kernel_log
 
-    if not command or command[0] != "accept" or any(
-            arg == "--kernel-log" or arg.startswith("--kernel-log=") for arg in command):
+    if not command or command[0] != "accept":
         return command, None
+    for index, arg in enumerate(command):
+        if arg != "--kernel-log" and not arg.startswith("--kernel-log="):
+            continue
+        joined = arg.startswith("--kernel-log=")
+        value = arg.split("=", 1)[1] if joined else (
+            command[index + 1] if index + 1 < len(command) else "")
+        host_file = Path(value)
+        if not value or value.startswith(RESULTS_MOUNT + "/") or not host_file.is_file():
+            return command, None
+        rest = command[index + (1 if joined else 2):]
+        return [*command[:index], "--kernel-log", KERNEL_LOG_MOUNT, *rest], host_file
     saved = workdir / "kernel.log"
     why = kernel_log.save_copy(saved)
     if why is not None:
