@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workloads.safefs import writing as safe_writing
 from workloads.hardware.xid import Event, parse_line, timestamp_us
+from workloads.safefs import writing as safe_writing
 
 JOURNAL = ("journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q")
 DMESG = ("dmesg",)
