@@ -201,3 +201,20 @@ def test_a_record_that_cannot_give_a_count_is_one_line(
     assert done.returncode == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1
     assert done.stderr.startswith("workloads health: error: --expect-gpus-from ")
     assert f"accept.json: {line}; give" in done.stderr
+
+
+@pytest.mark.parametrize("links", [2, 12, 18])
+def test_pcie_cards_without_an_nvlink_bridge_are_not_drained_for_inactive_nvlinks(
+    node: dict[str, Path], links: int,
+) -> None:
+    """A PCIe card (A100/H100 PCIe, no bridge fitted) answers NVML_FEATURE_DISABLED for every
+    link it has, exactly as `nvidia-smi nvlink -s` prints ``<inactive>``: when no GPU of the node
+    has an active NVLink, the node has no NVLink fabric to lose -- a warn, not a drain. One GPU
+    with every link down beside GPUs whose links are up still fails
+    (test_an_inactive_nvlink_fails)."""
+    down = [pynvml.NVML_NVLINK_VERSION_INVALID] * links
+    status, record = health(node, gpus(node["tmp"], gpu0={"nvlink": down}, gpu1={"nvlink": down}))
+    found = {r["device"]: r for r in rows(record, "NVLinks")}
+    assert {r["verdict"] for r in found.values()} == {"warn"}, found
+    assert all("no NVLink active" in r["reason"] for r in found.values())
+    assert status == 0

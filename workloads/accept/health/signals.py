@@ -93,11 +93,28 @@ def read(nvml: Any, index: int) -> Signals:
     )
 
 
-def judge(label: str, s: Signals) -> list[Finding]:
-    """The NVLink, clocks and PCIe-link rows of one GPU."""
+def has_fabric(node: list[Signals]) -> bool:
+    """Whether any GPU of the node has an active NVLink.
+
+    A PCIe card with no NVLink bridge fitted answers ``NVML_FEATURE_DISABLED`` for every link it
+    has, just as a GPU whose links all went down does; only the node tells the two apart: where
+    no GPU has an active link there is no NVLink fabric to lose (or it is all gone, which the
+    other checks and CUDA see), where some have, a GPU with links down has lost them.
+    """
+    return any(s.links is not None and len(s.inactive) < s.links for s in node)
+
+
+def judge(label: str, s: Signals, fabric: bool = True) -> list[Finding]:
+    """The NVLink, clocks and PCIe-link rows of one GPU; ``fabric``: :func:`has_fabric`."""
     rows = []
     if s.links is not None:
-        if s.inactive:
+        if not fabric and len(s.inactive) == s.links:
+            rows.append(Finding(
+                CHECK, label, "NVLinks", WARN, f"no NVLink active (0 of {s.links}) on any GPU of "
+                "this node: a PCIe card without an NVLink bridge reads so; if these GPUs are "
+                "NVLink-connected, reset them and check the bridges or Fabric Manager",
+                0, "links", s.links, details={"inactive": list(s.inactive), "links": s.links}))
+        elif s.inactive:
             down = ", ".join(str(link) for link in s.inactive)
             rows.append(Finding(
                 CHECK, label, "NVLinks", FAIL, f"{len(s.inactive)} of {s.links} NVLinks inactive "
