@@ -15,7 +15,8 @@
 # script polls for its exit status. When none comes by DEADLINE + 5 s the group gets TERM, then
 # KILL 2 s later, and whatever still does not exit (a process stuck in the kernel on a wedged
 # GPU) is left behind: the node is drained all the same. A check that exits non-zero (with
-# --slurm it exits 0 once the node's state is right) is a crash. Either way the node is drained
+# --slurm it exits 0 once the node's state is right) is a crash (one killed by a signal is
+# named: SIGSEGV), and so is one whose output reached OUTPUT_MIB. Either way the node is drained
 # with "workloads-health: check ...; host; ACTION; since TIME" (the reason grammar of
 # scripts/slurm/README.md), unless someone else drained it, it is DOWN or FAIL, or a reboot is
 # pending: those are left as they are, and logged. Every decision is a line on stderr, in
@@ -33,6 +34,8 @@ export PATH LC_ALL=C
 
 PREFIX="workloads-health:"
 MAX_REASON=160  # workloads/accept/health/slurm.py MAX_REASON
+OUTPUT_MIB=16   # the check's output is held to this (a check that floods fills no disk)
+RELAYED=20      # at most this many of the check's lines go to syslog, after the drain
 log_file=
 
 die() { echo "workloads-health-check: $*" >&2; exit 2; }
@@ -82,10 +85,22 @@ node=${SLURMD_NODENAME:-$(hostname -s)}
 
 # --- run the check, never waiting on it --------------------------------------------------
 work=$(mktemp -d /tmp/workloads-health.XXXXXX) || die "cannot make a temporary directory"
-trap 'rm -rf "$work"' EXIT
+# The check's own lines go to syslog last, on every way out, and few of them: each is a
+# `logger` call, and a slow syslog must not spend slurmd's 60 s before the drain.
+# shellcheck disable=SC2317  # called from the EXIT trap
+relay() {
+  local line
+  [[ -f $work/out ]] || return 0
+  while IFS= read -r line; do
+    say "check: $line"
+  done < <(tail -c 4000 "$work/out" 2>/dev/null | tr -d '\0' |
+           grep -a -E '^(slurm:|note:)|error:' | tail -n "$RELAYED")
+}
+trap 'relay; rm -rf "$work"' EXIT
 started=$SECONDS
 set -m  # the check's own process group, so TERM and KILL reach all of it
 { trap : TERM  # this shell outlives TERM to write the check's status; the check does not
+  ulimit -f $((OUTPUT_MIB * 1024))  # KiB; past it a write gets SIGXFSZ
   "$workloads" health --slurm --node "$node" --deadline "$deadline" "${args[@]}" \
     >"$work/out" 2>&1 </dev/null; echo $? >"$work/rc.tmp" && mv "$work/rc.tmp" "$work/rc"; } &
 group=$!
@@ -120,20 +135,23 @@ if ! wait_until $((deadline + 5)); then
     group_alive "$group" && problem+=" and still there (stuck in the kernel: reboot)"
   fi
 fi
-output=$(tail -c 4000 "$work/out" 2>/dev/null)
-if [[ -n $output ]]; then
-  while IFS= read -r line; do
-    [[ $line == slurm:* || $line == *error:* || $line == note:* ]] && say "check: $line"
-  done <<< "$output"
+output=$(tail -c 4000 "$work/out" 2>/dev/null | tr -d '\0')
+size=$(stat -c %s "$work/out" 2>/dev/null || echo 0)
+if [[ -z $problem ]] && (( size >= OUTPUT_MIB * 1024 * 1024 )); then
+  problem="check wrote over $OUTPUT_MIB MiB of output (cut there)"
 fi
 if [[ -z $problem ]]; then
   rc=$(<"$work/rc")
   (( rc == 0 )) && exit 0
-  last=$(grep -v '^[[:space:]]*$' <<< "$output" | tail -n 1)
+  last=$(grep -a -v '^[[:space:]]*$' <<< "$output" | tail -n 1)
   last=${last#workloads health: error: }
   # a long path says less than the words after it: keep its last two parts
   last=$(sed -E 's#/([^ /]+/)+([^ /]+/[^ /]+)#.../\2#g' <<< "$last")
-  problem="check failed (exit $rc) ${last:-with no output}"
+  if (( rc > 128 )) && signal=$(kill -l $((rc - 128)) 2>/dev/null); then
+    problem="check crashed: SIG$signal (exit $rc) ${last:-with no output}"
+  else
+    problem="check failed (exit $rc) ${last:-with no output}"
+  fi
 fi
 
 # --- drain, unless the node is not ours to drain -----------------------------------------

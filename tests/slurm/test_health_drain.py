@@ -342,3 +342,55 @@ def test_the_program_refuses_settings_others_can_write(tmp_path: Path) -> None:
     done = subprocess.run([str(program)], env={}, capture_output=True, text=True, timeout=30,
                           check=False)
     assert done.returncode == 2 and "unknown setting 'PATH'" in done.stderr
+
+
+
+STAND_INS = {
+    "segfaults": "#!/bin/bash\necho 'error: about to crash'\nkill -SEGV $$\n",
+    "is chatty": "#!/bin/bash\nfor i in $(seq 300); do echo \"error: line $i\"; done\nexit 1\n",
+    # 300 error lines, then 24 MiB of output, then exit 0
+    "floods": "#!/bin/bash\nfor i in $(seq 300); do echo \"error: line $i\"; done\n"
+              "head -c 25165824 /dev/zero | tr '\\0' x\nexit 0\n",
+}
+RELAYED = 20  # health-check.sh relays at most this many of the check's lines
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("segfaults", r"check crashed: SIGSEGV \(exit 139\) error: about to crash"),
+        ("is chatty", r"check failed \(exit 1\) error: line 300"),
+        ("floods", r"check wrote over 16 MiB of output.*"),
+    ],
+)
+def test_a_check_killed_by_a_signal_or_flooding_its_output_drains_before_anything_is_relayed(
+    cluster: HealthCluster, how: str, reason: str
+) -> None:
+    """The drain comes first, then at most RELAYED of the check's lines go to syslog: each line
+    is a ``logger`` call, and a slow syslog must not spend slurmd's 60 s before the drain. A
+    signal is named (SIGSEGV, not a bare 139); output is held to 16 MiB (a check that floods
+    fills no disk) and a check that reached that limit is a failed check, whatever it exited."""
+    wait_for("the node to be idle", lambda: not cluster.node().drained)
+    stand_in = cluster.base / f"check-that-{how.replace(' ', '-')}"
+    stand_in.write_text(STAND_INS[how])
+    stand_in.chmod(0o755)
+    cluster.settings(workloads=stand_in, deadline=20)
+    try:
+        done = cluster.run_program()
+        assert done.returncode == 1, done.stderr
+        said = done.stderr.splitlines()
+        drained = [i for i, x in enumerate(said) if re.search(r" (stays )?drained: ", x)]
+        relayed = [i for i, x in enumerate(said) if "check: error:" in x]
+        assert drained, said
+        assert len(relayed) <= RELAYED, len(relayed)
+        if how != "floods":
+            assert relayed and drained[0] < relayed[0], said
+        node = cluster.node()
+        assert node.ours and node.reason is not None
+        assert re.fullmatch(rf"workloads-health: {reason}; host; run workloads health by hand; "
+                            r"since \d{4}-\d\d-\d\dT\d\d:\d\dZ", node.reason), node.reason
+    finally:
+        cluster.settings()
+        wait_for("the failing checks to end", lambda: not running(str(cluster.base / "check-")))
+        wait_for("the runs begun before to end", lambda: not running(str(cluster.program)))
+    wait_for("the node to resume after a passing run", lambda: not cluster.node().drained)

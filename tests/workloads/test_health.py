@@ -415,6 +415,9 @@ def test_a_drain_reason_keeps_its_fields_and_whole_words(
     assert place == where and when == f"since {slurm.stamp(since)}"
     assert rest == ([f"+{more} more"] if more else [])
     for field_text, given_text in ((fault, f"{code} {meaning}"), (todo, action)):
+        if not slurm._clean(given_text):  # nothing to say: the field says so, never empty
+            assert field_text == "see workloads health", (field_text, given_text)
+            continue
         clean = slurm._clean(given_text).split(" ")
         words = field_text.removesuffix("...").split(" ") if field_text else []
         assert words == clean[: len(words)], (field_text, given_text)  # whole words, in order

@@ -32,8 +32,10 @@ REASON_BITS = {
     if name.startswith("nvmlClocksEventReason") and name not in (
         "nvmlClocksEventReasonAll", "nvmlClocksEventReasonNone")
 }
-FAILING = {"HwThermalSlowdown", "HwPowerBrakeSlowdown", "HwSlowdown"}
-WARNING = {"SwThermalSlowdown"}
+FAILING = {"HwThermalSlowdown", "HwPowerBrakeSlowdown"}
+# HW slowdown alone warns: NVML documents it "may be also reported during PState or clock
+# change" (nvmlClocksEventReasonHwSlowdown), so one reading of it must not drain the node.
+WARNING = {"SwThermalSlowdown", "HwSlowdown"}
 
 
 def with_links(down: list[int]) -> list[int]:
@@ -68,7 +70,7 @@ def test_a_clock_event_reason_alone_or_beside_idle(node: dict[str, Path], name: 
 
 
 def test_all_the_failing_reasons_at_once_are_all_named(node: dict[str, Path]) -> None:
-    reasons = functools.reduce(operator.or_, (REASON_BITS[n] for n in FAILING))
+    reasons = functools.reduce(operator.or_, (REASON_BITS[n] for n in FAILING | {"HwSlowdown"}))
     _, record = health(node, gpus(node["tmp"], gpu0={"readings": [
         {"sm": 0, "mem": 0, "reasons": reasons}]}))
     [clocks] = [r for r in rows(record, "clocks") if r["device"] == "GPU 0"]
@@ -201,3 +203,20 @@ def test_a_record_that_cannot_give_a_count_is_one_line(
     assert done.returncode == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1
     assert done.stderr.startswith("workloads health: error: --expect-gpus-from ")
     assert f"accept.json: {line}; give" in done.stderr
+
+
+@pytest.mark.parametrize("links", [2, 12, 18])
+def test_pcie_cards_without_an_nvlink_bridge_are_not_drained_for_inactive_nvlinks(
+    node: dict[str, Path], links: int,
+) -> None:
+    """A PCIe card (A100/H100 PCIe, no bridge fitted) answers NVML_FEATURE_DISABLED for every
+    link it has, exactly as `nvidia-smi nvlink -s` prints ``<inactive>``: when no GPU of the node
+    has an active NVLink, the node has no NVLink fabric to lose -- a warn, not a drain. One GPU
+    with every link down beside GPUs whose links are up still fails
+    (test_an_inactive_nvlink_fails)."""
+    down = [pynvml.NVML_NVLINK_VERSION_INVALID] * links
+    status, record = health(node, gpus(node["tmp"], gpu0={"nvlink": down}, gpu1={"nvlink": down}))
+    found = {r["device"]: r for r in rows(record, "NVLinks")}
+    assert {r["verdict"] for r in found.values()} == {"warn"}, found
+    assert all("no NVLink active" in r["reason"] for r in found.values())
+    assert status == 0

@@ -113,3 +113,56 @@ def test_the_real_kernels_reach_the_golden_answer_on_this_cpu(backend: str) -> N
     run = kernels.soak_checksums([device], 32, 0.0)
     assert run.cases == [c.name for c in golden.cases(32)]
     assert run.checksums[device.label] == run.expected
+
+
+def _flipped_products(seed: int) -> list[tuple[golden.Case, np.ndarray, str]]:
+    """The exact float32 product of each case with one bit of one element flipped: every bit
+    position 0-31 (a fixed-seed element each), and a zero made 2^-60 and NaN."""
+    rng = random.Random(seed)
+    out = []
+    for case in golden.cases(16):
+        a, b = golden.operands(case)
+        exact = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float32)
+        for bit in range(32):
+            wrong = exact.copy()
+            i, j = rng.randrange(case.m), rng.randrange(case.n)
+            flat = wrong.view(np.uint32)
+            flat[i, j] ^= np.uint32(1 << bit)
+            if wrong[i, j] == exact[i, j]:  # 0.0 -> -0.0: the same value
+                continue
+            out.append((case, wrong, f"{case.name} bit {bit} at ({i}, {j})"))
+        zero = np.argwhere(exact == 0)[0]
+        for value in (2.0 ** -60, float("nan")):
+            wrong = exact.copy()
+            wrong[tuple(zero)] = value
+            out.append((case, wrong, f"{case.name} zero became {value}"))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_the_device_sums_catch_every_single_bit_flip_fractions_and_nan_too(backend: str) -> None:
+    """The device casts the product to integers for its sums: a flip of a low significand bit
+    (3.0 -> 3.0000002) or a zero become a tiny fraction would vanish in that cast. Each flip of
+    a fixed-seed corpus, every bit position, is caught by the real kernels' sums on this CPU."""
+    pytest.importorskip(backend)
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        from workloads.accept.kernels_jax import soak_sums as jax_sums
+
+        def sums(c: np.ndarray, u: np.ndarray, v: np.ndarray) -> Any:
+            return jax_sums(jnp, jnp.asarray(c), u.astype(np.uint32), v.astype(np.uint32))
+    else:
+        import tensorflow as tf
+
+        from workloads.accept.kernels_tf import soak_sums as tf_sums
+
+        def sums(c: np.ndarray, u: np.ndarray, v: np.ndarray) -> Any:
+            return tf_sums(tf, tf.constant(c), tf.constant(u), tf.constant(v)).numpy()
+    missed = []
+    for case, wrong, what in _flipped_products(7):
+        u, v = golden.weights(case.m, 251), golden.weights(case.n, 241)
+        s0, s1 = (int(x) % golden.MOD for x in np.asarray(sums(wrong, u, v)))
+        if (s1 << 32 | s0) == golden.expected(case):
+            missed.append(what)
+    assert not missed, missed

@@ -176,9 +176,7 @@ class JaxKernels:
 
         @jax.jit
         def step(a: Any, b: Any, u: Any, v: Any) -> Any:
-            c = (a @ b).astype(jnp.float32).astype(jnp.int32).astype(jnp.uint32)
-            rows = (c * v[None, :]).sum(axis=1, dtype=jnp.uint32)
-            return jnp.stack([c.sum(dtype=jnp.uint32), (rows * u).sum(dtype=jnp.uint32)])
+            return soak_sums(jnp, a @ b, u, v)
 
         operands = []
         for case in plan:
@@ -208,6 +206,24 @@ class JaxKernels:
             if elapsed >= seconds and len(cases) >= len(plan):
                 return SoakRun(checksums, elapsed, size, cases, expected,
                                max(case.nbytes for case in plan))
+
+
+def soak_sums(jnp: Any, product: Any, u: Any, v: Any) -> Any:
+    """Freivalds' two sums of a soak product (``golden``), in wrapping uint32.
+
+    The product is cast to integers for the sums, which would drop a wrong fraction (a flipped
+    low significand bit of 3.0, a zero whose bits became a subnormal that flush-to-zero reads
+    as 0) and turn NaN into 0. An exact product's elements are whole numbers whose bits the
+    round trip float32 -> int32 -> float32 keeps (but for the sign of a zero), so the count of
+    elements whose bits it changes is added to the first sum.
+    """
+    f = product.astype(jnp.float32)
+    i = f.astype(jnp.int32)
+    moved = (f.view(jnp.uint32) ^ i.astype(jnp.float32).view(jnp.uint32)) & 0x7FFFFFFF
+    off = (moved != 0).sum(dtype=jnp.uint32)
+    c = i.astype(jnp.uint32)
+    rows = (c * v[None, :]).sum(axis=1, dtype=jnp.uint32)
+    return jnp.stack([c.sum(dtype=jnp.uint32) + off, (rows * u).sum(dtype=jnp.uint32)])
 
 
 def _capability(device: Any) -> tuple[int, int] | None:

@@ -138,12 +138,8 @@ class TensorFlowKernels:
         tf = self.tf
         plan = golden.cases(size)
 
-        def sums(product: Any, u: Any, v: Any) -> Any:
-            c = tf.cast(tf.cast(product, tf.float32), tf.int64)
-            rows = tf.reduce_sum(c * v[None, :], axis=1)
-            return tf.stack([tf.reduce_sum(c), tf.reduce_sum(rows * u)])
-
-        step = tf.function(lambda a, b, u, v: sums(tf.matmul(a, b), u, v), jit_compile=False)
+        step = tf.function(lambda a, b, u, v: soak_sums(tf, tf.matmul(a, b), u, v),
+                           jit_compile=False)
         operands = []
         for case in plan:
             a_host, b_host = golden.operands(case)
@@ -234,6 +230,25 @@ class TensorFlowKernels:
             cross = None if self.gpus else tf.distribute.ReductionToOneDevice()
             self._strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=cross)
         return self._strategy
+
+
+def soak_sums(tf: Any, product: Any, u: Any, v: Any) -> Any:
+    """Freivalds' two sums of a soak product (``golden``), in int64.
+
+    The product is cast to integers for the sums, which would drop a wrong fraction (a flipped
+    low significand bit of 3.0, a zero whose bits became a subnormal that flush-to-zero reads
+    as 0, NaN). An exact product's elements are whole numbers whose bits the round trip
+    float32 -> int64 -> float32 keeps (but for the sign of a zero), so the count of elements
+    whose bits it changes is added to the first sum.
+    """
+    f = tf.cast(product, tf.float32)
+    c = tf.cast(f, tf.int64)
+    moved = tf.bitwise.bitwise_and(
+        tf.bitwise.bitwise_xor(tf.bitcast(f, tf.int32), tf.bitcast(tf.cast(c, tf.float32),
+                                                                   tf.int32)), 0x7FFFFFFF)
+    off = tf.reduce_sum(tf.cast(tf.not_equal(moved, 0), tf.int64))
+    rows = tf.reduce_sum(c * v[None, :], axis=1)
+    return tf.stack([tf.reduce_sum(c) + off, tf.reduce_sum(rows * u)])
 
 
 def _h2d(tf: Any, host: Any) -> Callable[[], object]:

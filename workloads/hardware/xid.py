@@ -43,19 +43,24 @@ MAX_LINE = 4096  # longer lines are cut here: the event's fields come first
 PASS, WARN, FAIL, INFO = "pass", "warn", "fail", "info"
 
 _TIMESTAMP = re.compile(r"\[\s{0,12}(\d{1,12})\.(\d{1,9})\]")
+# "Fatal" / "Non-fatal" as the guides write them, "Nonfatal" as GB200 logs do, in any case
+_SEVERITY = r"fatal|non[- ]?fatal"
 _BDF = r"(?P<bdf>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)"
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?" + _BDF + r"\): ?(?P<code>\d{1,6})\b,? ?(?P<text>.*)"
 )
 _SXID = re.compile(
     r"nvidia-nvswitch(?P<switch>\d{1,4}): SXid \((?:PCI:)?" + _BDF + r"\):"
-    r" ?(?P<code>\d{1,6}), (?P<severity>Fatal|Non-[Ff]atal)\b,? ?(?P<text>.*)"
+    r" ?(?P<code>\d{1,6}), (?P<severity>" + _SEVERITY + r")\b,? ?(?P<text>.*)",
+    re.IGNORECASE,
 )
 _XID154 = re.compile(r"to 0x[0-9A-Fa-f]{1,8} \((?P<action>[^()]{1,60})\)")
 NVLINK5_CODES = range(144, 151)
 # NVLink5 XIDs 144-150: "<unit> <Fatal|Nonfatal|Non-fatal> ..." right after the code.
+# The driver may put "pid=..., name=...," before the message, as it does for other XIDs.
 _NVLINK5_SEVERITY = re.compile(
-    r"^[A-Za-z0-9_]{1,40} (?P<severity>Fatal|Non-?fatal)\b", re.IGNORECASE
+    r"^(?:pid=[^,]{1,60}, name=[^,]{1,80}, )?[A-Za-z0-9_]{1,40} (?P<severity>" + _SEVERITY
+    + r")\b", re.IGNORECASE
 )
 
 

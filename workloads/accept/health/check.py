@@ -185,8 +185,9 @@ def run(
     findings = [gpu_count_finding(on_bus, reading, answered), *reading.memory]
     if expect_gpus is not None:
         findings.append(expected_count_finding(expect_gpus, on_bus, reading))
+    fabric = signals.has_fabric(reading.signals)
     for signal in reading.signals:
-        findings += signals.judge(f"GPU {signal.index}", signal)
+        findings += signals.judge(f"GPU {signal.index}", signal, fabric)
     for gpu in reading.gpus:
         counts = reading.nvlink5.get(gpu.index)
         row = nvlink5.judge(f"GPU {gpu.index}", counts, state.nvlink5.get(gpu.pci or "")) \

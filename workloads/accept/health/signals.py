@@ -6,9 +6,11 @@ Read per GPU, no load, a dozen NVML calls (a health run's time barely moves):
   link the GPU has): NVIDIA's health checks tolerate none (``max_inactive_nvlinks`` 0, "NVLink
   Active Links", NVIDIA Health Validation check catalogue) -- fail;
 * the clock event reasons (``nvmlDeviceGetCurrentClocksEventReasons``), by NVML's named bits:
-  HW thermal slowdown, HW power brake slowdown and HW slowdown fail (the GPU is protecting
-  itself: cooling, power delivery); SW thermal slowdown warns; power cap, idle, application or
-  user clocks, sync boost are what a healthy GPU reports;
+  HW thermal slowdown and HW power brake slowdown fail (the GPU is protecting itself: cooling,
+  power delivery); HW slowdown beside either is named with them; HW slowdown alone and SW
+  thermal slowdown warn -- NVML documents that HW slowdown "may be also reported during PState
+  or clock change", so one reading of it alone would drain a healthy node; power cap, idle,
+  application or user clocks, sync boost are what a healthy GPU reports;
 * the PCIe link now against the most this GPU in this slot can train to
   (``nvmlDeviceGetCurrPcieLinkWidth``/``Generation`` against ``nvmlDeviceGetMaxPcieLinkWidth``/
   ``Generation``): a narrower link fails (a x8 link on a x16 GPU halves host transfers and does
@@ -42,9 +44,14 @@ FAILING_REASONS = {
     "HwThermalSlowdown": "HW thermal slowdown (the GPU is too hot: check its cooling)",
     "HwPowerBrakeSlowdown": "HW power brake slowdown (the system asserted the power brake: check "
                             "the power supplies)",
-    "HwSlowdown": "HW slowdown (thermal or power protection: check cooling and power)",
 }
-WARNING_REASONS = {"SwThermalSlowdown": "SW thermal slowdown (running hot: check the airflow)"}
+# Named beside a failing reason; alone a warn (NVML: also reported during a P-state change).
+HW_SLOWDOWN = "HwSlowdown", "HW slowdown (thermal or power protection: check cooling and power)"
+WARNING_REASONS = {
+    "SwThermalSlowdown": "SW thermal slowdown (running hot: check the airflow)",
+    HW_SLOWDOWN[0]: "HW slowdown alone (NVML also reports it during a P-state or clock change; "
+                    "if it stays, check cooling and power)",
+}
 
 
 @dataclass(frozen=True)
@@ -93,11 +100,28 @@ def read(nvml: Any, index: int) -> Signals:
     )
 
 
-def judge(label: str, s: Signals) -> list[Finding]:
-    """The NVLink, clocks and PCIe-link rows of one GPU."""
+def has_fabric(node: list[Signals]) -> bool:
+    """Whether any GPU of the node has an active NVLink.
+
+    A PCIe card with no NVLink bridge fitted answers ``NVML_FEATURE_DISABLED`` for every link it
+    has, just as a GPU whose links all went down does; only the node tells the two apart: where
+    no GPU has an active link there is no NVLink fabric to lose (or it is all gone, which the
+    other checks and CUDA see), where some have, a GPU with links down has lost them.
+    """
+    return any(s.links is not None and len(s.inactive) < s.links for s in node)
+
+
+def judge(label: str, s: Signals, fabric: bool = True) -> list[Finding]:
+    """The NVLink, clocks and PCIe-link rows of one GPU; ``fabric``: :func:`has_fabric`."""
     rows = []
     if s.links is not None:
-        if s.inactive:
+        if not fabric and len(s.inactive) == s.links:
+            rows.append(Finding(
+                CHECK, label, "NVLinks", WARN, f"no NVLink active (0 of {s.links}) on any GPU of "
+                "this node: a PCIe card without an NVLink bridge reads so; if these GPUs are "
+                "NVLink-connected, reset them and check the bridges or Fabric Manager",
+                0, "links", s.links, details={"inactive": list(s.inactive), "links": s.links}))
+        elif s.inactive:
             down = ", ".join(str(link) for link in s.inactive)
             rows.append(Finding(
                 CHECK, label, "NVLinks", FAIL, f"{len(s.inactive)} of {s.links} NVLinks inactive "
@@ -112,6 +136,8 @@ def judge(label: str, s: Signals) -> list[Finding]:
                                 0, "links", 0))
     if s.reasons is not None:
         failing = [t for n, t in FAILING_REASONS.items() if s.reasons & _bit(n)]
+        if failing and s.reasons & _bit(HW_SLOWDOWN[0]):
+            failing.append(HW_SLOWDOWN[1])
         warning = [t for n, t in WARNING_REASONS.items() if s.reasons & _bit(n)]
         details = {"reasons": s.reasons}
         if failing:

@@ -77,12 +77,16 @@ def _clean(text: str) -> str:
 
 
 def _fit(text: str, room: int) -> str:
-    """``text`` in ``room`` characters, dropping whole words from its end ("..." says so)."""
+    """``text`` in ``room`` characters, dropping whole words from its end ("..." says so).
+
+    A first word longer than the room (a path, a hex dump) is cut itself: a field is never
+    left empty.
+    """
     if len(text) <= room:
         return text
     words = text[: max(0, room - 3) + 1].split(" ")
     kept = " ".join(words[:-1]) if len(words) > 1 else ""
-    return f"{kept}..." if kept else ""
+    return f"{kept}..." if kept else f"{text[:max(0, room - 3)]}..."[:room]
 
 
 def stamp(seconds: float) -> str:
@@ -96,7 +100,9 @@ def reason(cause: Cause, more: int = 0) -> str:
     What does not fit is shortened between words, the fault's meaning first, then the action;
     the code (the fault's first two words), the GPU and the time are never shortened.
     """
-    fault, where, action = _clean(cause.fault), _clean(cause.where) or "host", _clean(cause.action)
+    fault = _clean(cause.fault) or "unnamed fault"
+    where = _clean(cause.where) or "host"
+    action = _clean(cause.action) or "see workloads health"
     where = _fit(where, 60)
     tail = f"; since {stamp(cause.since)}" + (f"; +{more} more" if more else "")
     room = MAX_REASON - len(PREFIX) - 1 - len(where) - len(tail) - 4  # the two "; " separators
