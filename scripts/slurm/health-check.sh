@@ -25,7 +25,7 @@
 #
 #   WORKLOADS=/opt/tf-gpu-host/.venv/bin/workloads   # the workloads executable
 #   SLURM_CONF=/etc/slurm/slurm.conf                 # for scontrol, where it is not the default
-#   DEADLINE=40                                      # seconds, 1 to 44
+#   DEADLINE=40                                      # seconds, 1 to 40
 #   HEALTH_ARGS=--state /var/lib/workloads/health-state.json   # more options, split on spaces
 #   LOG=/var/log/workloads-health.log                # also append every run's lines here
 set -u
@@ -66,8 +66,8 @@ if [[ -e $conf ]]; then
       WORKLOADS) workloads=$value ;;
       SLURM_CONF) export SLURM_CONF="$value" ;;
       DEADLINE)
-        if ! [[ $value =~ ^[0-9]{1,3}$ ]] || (( value < 1 || value > 44 )); then
-          die "DEADLINE=$value in $conf: give whole seconds, 1 to 44 (slurmd kills at 60; TERM, KILL and the drain need the rest)"
+        if ! [[ $value =~ ^[0-9]{1,3}$ ]] || (( value < 1 || value > 40 )); then
+          die "DEADLINE=$value in $conf: give whole seconds, 1 to 40 (slurmd kills at 60; TERM, KILL and the drain need the rest)"
         fi
         deadline=$value ;;
       HEALTH_ARGS) read -r -a args <<< "$value" ;;
