@@ -150,6 +150,13 @@ UBUNTU_CASES = [
     ("6.8.0-1010-oem", "24.04", ["linux-image-oem-24.04"], ["linux-headers-oem-24.04"]),
     ("6.8.0-1013-nvidia", "22.04", ["linux-nvidia-6.8"], ["linux-headers-nvidia-6.8"]),
 ]
+DEBIAN_CASES = [
+    ("6.1.0-28-amd64", "12", ["linux-image-amd64"], ["linux-headers-amd64"]),
+    ("6.1.0-28-amd64", "12", [], ["linux-headers-amd64"]),
+    ("6.1.0-28-cloud-amd64", "12", ["linux-image-cloud-amd64"], ["linux-headers-cloud-amd64"]),
+    ("6.1.0-28-arm64", "12", [], ["linux-headers-arm64"]),
+    ("6.1.0-28-rt-amd64", "12", ["linux-image-rt-amd64"], ["linux-headers-rt-amd64"]),
+]
 
 
 @given(case=st.sampled_from(UBUNTU_CASES),
@@ -163,11 +170,18 @@ def test_ubuntu_headers_meta_follows_the_running_flavour(
     assert filters.nvidia_headers_meta(kernel, "Ubuntu", release, installed + noise) == want
 
 
+@given(case=st.sampled_from(DEBIAN_CASES), noise=st.lists(st.sampled_from([
+    "linux-image-6.1.0-28-amd64", "linux-headers-6.1.0-28-common", "linux-image-amd64-dbg",
+    "firmware-linux"]), max_size=4))
+def test_debian_headers_meta_follows_the_running_flavour(
+        case: tuple[str, str, list[str], list[str]], noise: list[str]) -> None:
+    kernel, release, installed, want = case
+    assert filters.nvidia_headers_meta(kernel, "Debian", release, installed + noise) == want
+
+
 def test_headers_per_kernel_and_meta_per_family() -> None:
     assert filters.nvidia_kernel_headers(["6.1.0-28-amd64"], "Debian") == [
         "linux-headers-6.1.0-28-amd64"]
     assert filters.nvidia_kernel_headers(["5.14.0-503.14.1.el9_5.x86_64"], "RedHat") == [
         "kernel-devel-5.14.0-503.14.1.el9_5.x86_64"]
-    assert filters.nvidia_headers_meta("5.14.0-503.14.1.el9_5.x86_64", "Rocky", "9.5") == [
-        "kernel-devel"]
-    assert filters.nvidia_headers_meta("6.1.0-28-amd64", "Debian", "12") == []
+    assert filters.nvidia_headers_meta("5.14.0-503.14.1.el9_5.x86_64", "Rocky", "9.5") == []

@@ -19,8 +19,9 @@ from typing import Any
 # (linux-generic-hwe-22.04 -> linux-headers-generic-hwe-22.04). Ubuntu's kernel lifecycle
 # page (ubuntu.com/kernel/lifecycle) lists these.
 UBUNTU_GA_SERIES = {"20.04": "5.4", "22.04": "5.15", "24.04": "6.8"}
-# An Ubuntu kernel release: <upstream>-<ABI>-<flavour> (6.8.0-45-generic, 6.8.0-1015-aws).
-UBUNTU_RELEASE = re.compile(r"^(\d+)\.(\d+)\.\d+-\d+-([a-z][a-z0-9-]*)$")
+# A Debian or Ubuntu kernel release: <upstream>-<ABI>-<flavour> (6.1.0-28-cloud-amd64,
+# 6.8.0-45-generic, 6.8.0-1015-aws).
+DEB_RELEASE = re.compile(r"^(\d+)\.(\d+)\.\d+-\d+-([a-z][a-z0-9-]*)$")
 
 
 def nvidia_kernel_problems(kernels: Iterable[Mapping[str, Any]],
@@ -85,33 +86,30 @@ def nvidia_headers_meta(kernel: str, distribution: str, release: str,
                         installed: Iterable[str] = ()) -> list[str]:
     """The headers meta-package of the running kernel's flavour: the next kernel brings its headers.
 
-    Ubuntu: the flavour is the release's suffix (6.8.0-45-generic -> generic, 6.8.0-1015-aws
-    -> aws). An installed kernel meta-package of that flavour names the series the host
-    follows (linux-generic-hwe-22.04, linux-image-oem-24.04): its headers twin is the answer.
-    Without one, a generic kernel of another series than the release's GA kernel is the HWE
-    kernel (linux-headers-generic-hwe-<release>); otherwise linux-headers-<flavour>.
-    Debian has its own rule (vars/Debian.yml, from linux-image-<flavour>); RHEL's kernel-devel
-    is an install-only package that every kernel update brings anew once installed.
+    Debian and Ubuntu: the flavour is the release's suffix (6.1.0-28-amd64 -> amd64,
+    6.1.0-28-cloud-amd64 -> cloud-amd64, 6.8.0-45-generic -> generic, 6.8.0-1015-aws -> aws).
+    An installed kernel meta-package of that flavour names the series the host follows
+    (linux-image-amd64, linux-generic-hwe-22.04, linux-image-oem-24.04): its headers twin is
+    the answer. Without one, on Ubuntu a generic kernel of another series than the release's
+    GA kernel is the HWE kernel (linux-headers-generic-hwe-<release>); otherwise
+    linux-headers-<flavour>. RHEL: none - kernel-devel is an install-only package, and once
+    a kernel-devel-<version> is installed each kernel update brings its own.
     """
-    if distribution == "Ubuntu":
-        return _ubuntu_meta(kernel, release, set(installed))
-    if distribution in ("Debian",):
+    if distribution not in ("Debian", "Ubuntu"):
         return []
-    return ["kernel-devel"]
-
-
-def _ubuntu_meta(kernel: str, release: str, installed: set[str]) -> list[str]:
-    match = UBUNTU_RELEASE.match(kernel)
+    match = DEB_RELEASE.match(kernel)
     if not match:
         return []
     series, flavour = f"{match.group(1)}.{match.group(2)}", match.group(3)
     pattern = re.compile(rf"^linux-(?:image-)?({re.escape(flavour)}(?:-[a-z]+)*(?:-\d+\.\d+)?)$")
-    followed = sorted({m.group(1) for m in map(pattern.match, installed) if m})
+    # Not the debug-symbol packages (linux-image-amd64-dbg, -dbgsym): no headers twin.
+    followed = sorted({m.group(1) for m in map(pattern.match, installed)
+                       if m and not re.search(r"-dbg(sym)?$", m.group(1))})
     if followed:
         return [f"linux-headers-{name}" for name in followed]
-    if flavour == "generic" and release in UBUNTU_GA_SERIES and series != UBUNTU_GA_SERIES[release]:
-        return [f"linux-headers-generic-hwe-{release}"]
-    return [f"linux-headers-{flavour}"]
+    hwe = (distribution == "Ubuntu" and flavour == "generic" and release in UBUNTU_GA_SERIES
+           and series != UBUNTU_GA_SERIES[release])
+    return [f"linux-headers-generic-hwe-{release}" if hwe else f"linux-headers-{flavour}"]
 
 
 class FilterModule:
