@@ -45,9 +45,11 @@ options:
     type: str
     default: nvidia
   dkms_module:
-    description: The DKMS module's name (C(/var/lib/dkms/<dkms_module>)).
+    description: >-
+      The DKMS module's name, a glob (C(/var/lib/dkms/<dkms_module>)): NVIDIA's packages
+      register C(nvidia), some distributions' C(nvidia-open) or C(nvidia-current).
     type: str
-    default: nvidia
+    default: nvidia*
   log_lines:
     description: How many last lines of a DKMS build log to return.
     type: int
@@ -245,7 +247,7 @@ def main() -> None:
     module = AnsibleModule(argument_spec={
         "root": {"type": "path", "default": "/"},
         "module_name": {"type": "str", "default": "nvidia"},
-        "dkms_module": {"type": "str", "default": "nvidia"},
+        "dkms_module": {"type": "str", "default": "nvidia*"},
         "log_lines": {"type": "int", "default": 15},
     }, supports_check_mode=True)
     root = module.params["root"]
