@@ -12,18 +12,23 @@ derives what must be reported from the drawing, and holds the module and the fil
 
 from __future__ import annotations
 
+import struct
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.ansible.filter_plugin import load_library_module, load_plugin
+from tests.ansible.playbook import ANSIBLE_DIR, run_local_play
 
 module = load_library_module("nvidia_kernel_modules.py", "nvidia_driver")
 filters = load_plugin("nvidia_kernels.py", "nvidia_driver")
 
+GUID = yaml.safe_load((ANSIBLE_DIR / "roles/nvidia_driver/vars/secureboot.yml").read_text())[
+    "__nvidia_driver_efi_global_guid"]
 MARKER = b"~Module signature appended~\n"
 OPTIONS = {"module_name": "nvidia", "dkms_module": "nvidia", "log_lines": 15}
 
@@ -185,3 +190,60 @@ def test_headers_per_kernel_and_meta_per_family() -> None:
     assert filters.nvidia_kernel_headers(["5.14.0-503.14.1.el9_5.x86_64"], "RedHat") == [
         "kernel-devel-5.14.0-503.14.1.el9_5.x86_64"]
     assert filters.nvidia_headers_meta("5.14.0-503.14.1.el9_5.x86_64", "Rocky", "9.5") == []
+
+
+def _efivar(value: int) -> bytes:
+    """An efivarfs file of a one-byte UEFI global variable: 4 attribute bytes (0x06, boot-service
+    and runtime access, little-endian; the kernel's Documentation/filesystems/efivarfs.rst), then
+    the byte (UEFI 2.x "Globally Defined Variables": SecureBoot 1 = on, SetupMode 0 = user mode)."""
+    return struct.pack("<I", 0x06) + bytes([value])
+
+
+GOOD: dict[str, Any] = {"modules_dir": True, "headers": "link", "module": "updates/dkms",
+                        "suffix": ".ko", "signed": True, "log": "none"}
+
+
+def test_the_roles_tasks_stop_before_the_reboot_naming_kernel_and_cause(tmp_path: Path) -> None:
+    """The role's real tasks/kernel-check.yml on this machine, one host per case, each reading its
+    own tree (nvidia_driver_kernel_root; the fix stays off there, as it acts on the host itself)."""
+    cases: dict[str, tuple[dict[str, dict[str, Any]], bool]] = {
+        "healthy": ({"6.1.0-9-amd64": GOOD, "6.1.0-10-amd64": GOOD}, True),
+        "new_kernel_no_headers": ({"6.1.0-10-amd64": GOOD,
+                                   "6.1.0-28-amd64": {**GOOD, "headers": "none", "module": "none"}},
+                                  False),
+        "dkms_failed": ({"6.1.0-28-amd64": {**GOOD, "module": "none", "log": "error"}}, False),
+        "unsigned_secure_boot": ({"6.1.0-28-amd64": {**GOOD, "signed": False}}, True),
+    }
+    inventory: dict[str, dict[str, str]] = {}
+    for name, (kernels, secure_boot) in cases.items():
+        root = tmp_path / name / "root"
+        root.mkdir(parents=True)
+        for version, spec in kernels.items():
+            _plant(root, version, spec)
+        efivars = tmp_path / name / "efi" / "efivars"
+        efivars.mkdir(parents=True)
+        (efivars / f"SecureBoot-{GUID}").write_bytes(_efivar(1 if secure_boot else 0))
+        (efivars / f"SetupMode-{GUID}").write_bytes(_efivar(0))
+        inventory[name] = {"nvidia_driver_kernel_root": str(root),
+                           "nvidia_driver_efi_path": str(efivars.parent)}
+    play = [{
+        "name": "The role's kernel check, one host per case",
+        "hosts": "all",
+        "gather_facts": True,
+        "gather_subset": ["!all", "!min", "distribution", "platform"],
+        "tasks": [{"name": "Check", "ansible.builtin.include_role": {
+            "name": "nvidia_driver", "tasks_from": "kernel-check"}}],
+    }]
+    run = run_local_play(tmp_path, play, hosts=inventory)
+    out = " ".join(run.output.split())
+    assert "Every bootable kernel of healthy has its NVIDIA module (6.1.0-9-amd64, 6.1.0-10-amd64;"\
+        " Secure Boot on: signed)" in out, run.explain()
+    assert "new_kernel_no_headers would boot a kernel without its NVIDIA module: 6.1.0-28-amd64:" \
+        " no headers for 6.1.0-28-amd64" in out, run.explain()
+    assert "linux-headers-6.1.0-28-amd64" in out
+    assert "6.1.0-10-amd64: " not in out, "a kernel with its module is not named"
+    assert "the DKMS build of the NVIDIA module failed for 6.1.0-28-amd64" in out
+    assert "fatal error: linux/foo.h: No such file or directory" in out
+    assert "/lib/modules/6.1.0-28-amd64/updates/dkms/nvidia.ko for 6.1.0-28-amd64 is unsigned" \
+        " and Secure Boot is on" in out, run.explain()
+    assert "Nothing was rebooted" in out
