@@ -262,3 +262,9 @@ def test_the_roles_tasks_stop_before_the_reboot_naming_kernel_and_cause(tmp_path
     assert "/lib/modules/6.1.0-28-amd64/updates/dkms/nvidia.ko for 6.1.0-28-amd64 is unsigned" \
         " and Secure Boot is on" in out, run.explain()
     assert "Nothing was rebooted" in out
+
+
+def test_ubuntu_signed_modules_name_the_module_package_not_headers() -> None:
+    prefix = "linux-modules-nvidia-580-server-open-"
+    assert filters.nvidia_kernel_headers(["6.8.0-51-generic"], "Debian", prefix) == [
+        "linux-modules-nvidia-580-server-open-6.8.0-51-generic"]

@@ -75,10 +75,12 @@ def _last_error(log: str) -> str:
     return (errors or lines or ["empty log"])[-1]
 
 
-def nvidia_kernel_headers(versions: Iterable[str], os_family: str) -> list[str]:
+def nvidia_kernel_headers(versions: Iterable[str], os_family: str, prefix: str = "") -> list[str]:
     """The package holding each kernel's headers: linux-headers-<ver> (Debian, Ubuntu),
-    kernel-devel-<ver> (RHEL; a kernel release there ends in .<arch>, as does the package's)."""
-    prefix = "kernel-devel-" if os_family == "RedHat" else "linux-headers-"
+    kernel-devel-<ver> (RHEL; a kernel release there ends in .<arch>, as does the package's).
+    With `prefix` (Ubuntu's signed prebuilt modules, linux-modules-nvidia-<branch>-<variant>-):
+    that prefix and the kernel - the module comes built and signed, no headers needed."""
+    prefix = prefix or ("kernel-devel-" if os_family == "RedHat" else "linux-headers-")
     return [prefix + str(version) for version in versions]
 
 
