@@ -19,8 +19,11 @@ time, and that nothing outside its trusted directory changed.
   write through a planted link shows as a change.
 
 Reusable: another family builds a :class:`Sandbox`, writes its inputs into
-``trusted`` (or links from ``trusted`` to ``outside``), calls :func:`run_child` and
-:func:`check_refusal`, and records the outcome in a :class:`FamilyReport`.
+``trusted`` (or links from ``trusted`` to ``outside``), calls :func:`run_child`, and
+records the outcome in a :class:`FamilyReport`, which holds it to the family's
+contract: :func:`problems` (a refusal: exit 2, one printable line) by default,
+:func:`printed_problems` (a report over hostile text: exit 0, no control character
+out) where succeeding is right; both with the same memory, time and outside budgets.
 """
 
 from __future__ import annotations
