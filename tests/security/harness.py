@@ -19,8 +19,11 @@ time, and that nothing outside its trusted directory changed.
   write through a planted link shows as a change.
 
 Reusable: another family builds a :class:`Sandbox`, writes its inputs into
-``trusted`` (or links from ``trusted`` to ``outside``), calls :func:`run_child` and
-:func:`check_refusal`, and records the outcome in a :class:`FamilyReport`.
+``trusted`` (or links from ``trusted`` to ``outside``), calls :func:`run_child`, and
+records the outcome in a :class:`FamilyReport`, which holds it to the family's
+contract: :func:`problems` (a refusal: exit 2, one printable line) by default,
+:func:`printed_problems` (a report over hostile text: exit 0, no control character
+out) where succeeding is right; both with the same memory, time and outside budgets.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,18 +181,11 @@ def run_child(argv: Sequence[str], box: Sandbox, budget: Budget, *,
                    killed.is_set())
 
 
-def problems(outcome: Outcome, baseline_mib: float, budget: Budget) -> list[str]:
-    """Every way ``outcome`` misses the refusal contract (empty: it met all of it)."""
+def _budget_problems(outcome: Outcome, baseline_mib: float, budget: Budget) -> list[str]:
+    """How ``outcome`` misses the budgets every family shares: time, memory, the outside."""
     found = []
     if outcome.killed:
         found.append(f"killed after {budget.kill_s:g} s (blocked or looping)")
-    if outcome.returncode != 2:
-        found.append(f"exit {outcome.returncode}, not 2")
-    lines = outcome.stderr.splitlines()
-    if len(lines) != 1:
-        found.append(f"{len(lines)} stderr lines, not 1: {outcome.stderr[-400:]!r}")
-    elif len(lines[0]) > LINE_MAX or not lines[0].isprintable():
-        found.append(f"stderr line of {len(lines[0])} characters or with control characters")
     if outcome.peak_mib - baseline_mib > budget.memory_mib:
         found.append(f"peak {outcome.peak_mib:.0f} MiB, over {baseline_mib:.0f} + "
                      f"{budget.memory_mib} MiB")
@@ -198,6 +194,43 @@ def problems(outcome: Outcome, baseline_mib: float, budget: Budget) -> list[str]
     if outcome.changed_outside:
         found.append(f"changed outside the trusted directory: {outcome.changed_outside[:3]}")
     return found
+
+
+def problems(outcome: Outcome, baseline_mib: float, budget: Budget) -> list[str]:
+    """Every way ``outcome`` misses the refusal contract (empty: it met all of it)."""
+    found = []
+    if outcome.returncode != 2:
+        found.append(f"exit {outcome.returncode}, not 2")
+    lines = outcome.stderr.splitlines()
+    if len(lines) != 1:
+        found.append(f"{len(lines)} stderr lines, not 1: {outcome.stderr[-400:]!r}")
+    elif len(lines[0]) > LINE_MAX or not lines[0].isprintable():
+        found.append(f"stderr line of {len(lines[0])} characters or with control characters")
+    return found + _budget_problems(outcome, baseline_mib, budget)
+
+
+def unprintable(text: str) -> list[str]:
+    """The characters of ``text`` a terminal or a viewer would act on (all but line breaks)."""
+    return sorted({c for c in text if not c.isprintable() and c != "\n"})
+
+
+def printed_problems(outcome: Outcome, baseline_mib: float, budget: Budget) -> list[str]:
+    """The contract of a command that reports on hostile text: it succeeds, printing it shown.
+
+    A report over records whose names hold control characters is a report, not a
+    refusal: exit 0 is right, and what must hold is that no control character
+    reaches stdout or stderr, within the same memory, time and outside budgets.
+    """
+    found = []
+    if outcome.returncode != 0:
+        found.append(f"exit {outcome.returncode}, not 0: {outcome.stderr[-300:]!r}")
+    for stream, text in (("stdout", outcome.stdout), ("stderr", outcome.stderr)):
+        if bad := unprintable(text):
+            found.append(f"{stream} holds control characters {bad[:5]!r}")
+    return found + _budget_problems(outcome, baseline_mib, budget)
+
+
+Contract = Callable[[Outcome, float, Budget], list[str]]
 
 
 @dataclass
@@ -212,13 +245,19 @@ class FamilyReport:
     worst_s: float = 0.0
     failures: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    contract: Contract = problems
 
-    def add(self, case: str, outcome: Outcome) -> None:
+    def add(self, case: str, outcome: Outcome, also: Sequence[str] = ()) -> None:
+        """Count ``outcome``; every way it misses the contract, and ``also``, is a failure.
+
+        ``also``: what the test found beyond the child's own outcome (a written file
+        that holds what it must not).
+        """
         self.cases += 1
         self.lines.append(f"{case}: {outcome.stderr.strip()[-200:]}")
         self.worst_mib = max(self.worst_mib, outcome.peak_mib - self.baseline_mib)
         self.worst_s = max(self.worst_s, outcome.wall_s)
-        for problem in problems(outcome, self.baseline_mib, self.budget):
+        for problem in [*self.contract(outcome, self.baseline_mib, self.budget), *also]:
             self.failures.append(f"{case}: {problem}")
 
     def row(self) -> str:

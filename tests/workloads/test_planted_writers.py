@@ -192,6 +192,10 @@ def test_the_same_writers_write_when_nothing_is_planted(tmp_path: Path) -> None:
 
 
 # --- writers with no CLI of their own here: the monitor, the study, Keras, the cache -----
+# In process, not through the harness (tests/security/test_write_families.py runs the CLI
+# writers above as children under RLIMIT_AS): no command reaches these without a GPU (the
+# monitor), a study of many runs (the scaling CSV), a training run (the Keras save) or a mirror
+# (the cache), so each is driven through the very function the command calls.
 
 def _monitor(path: Path) -> None:
     from tfhost.monitor import GpuMonitor, GpuSampler
