@@ -47,18 +47,29 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--forks", type=int, default=None, help="override ansible.cfg's forks")
     parser.add_argument("--top", type=int, default=25, help="tasks shown per run")
     parser.add_argument("--json", type=Path, default=REPO / "results" / "bench-ansible.json")
+    parser.add_argument("--tree", dest="trees", action="append", default=[], metavar="LABEL=PATH",
+                        help="compare checkouts: the first converges, re-runs alternate on the "
+                             "same hosts (e.g. --tree main=/work/main --tree this=.)")
     parser.add_argument("--keep", action="store_true", help="leave the stand-ins running")
     args = parser.parse_args(argv)
     if any(n < 1 for n in args.hosts) or args.reruns < 0:
         parser.error("--hosts must be 1 or more and --reruns 0 or more")
     args.oses = args.oses or ["debian12"]
+    trees = {}
+    for spec in args.trees:
+        label, _, path = spec.partition("=")
+        if not label or not (Path(path) / "ansible" / "site.yml").is_file():
+            parser.error(f"--tree {spec!r}: want LABEL=PATH, PATH a checkout with ansible/site.yml")
+        trees[label] = Path(path).resolve()
+    args.trees = trees
     return args
 
 
 def report(runs: list[RunCost], top: int) -> str:
     """The printed tables: summary, then converge and last re-run per task and per role."""
     parts = [summary_table(runs)]
-    shown = [runs[0], runs[-1]] if len(runs) > 1 else runs
+    last = {run.label.split("(")[-1]: run for run in runs[1:]}  # each tree's last re-run
+    shown = [runs[0], *last.values()]
     for run in shown:
         parts += [task_table(run, top), role_table(run)]
     return "\n\n".join(parts)
@@ -66,7 +77,7 @@ def report(runs: list[RunCost], top: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from tests.ansible.bench import PLATFORMS, bench_platform, open_bench_lab
+    from tests.ansible.bench import PLATFORMS, bench_platform, open_bench_lab, snapshot_trees
     from tests.support.docker_engine import ensure_engine
 
     try:
@@ -79,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     with tempfile.TemporaryDirectory(prefix="bench-ansible-") as temp:
         workdir = Path(temp)
+        trees = snapshot_trees(args.trees, workdir) if args.trees else None
         rocky = any(PLATFORMS[key].pkg_mgr == "dnf" for key in args.oses)
         with open_bench_lab(workdir, rocky) as bench:
             for key in args.oses:
@@ -86,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                     try:
                         runs = bench_platform(bench, PLATFORMS[key], count, args.reruns,
                                               workdir, keep=args.keep,
-                                              forks=args.forks)
+                                              forks=args.forks, trees=trees)
                     except (ProfileError, RuntimeError) as error:
                         print(f"bench-ansible: {key} x{count}: {error}", file=sys.stderr)
                         failed = True

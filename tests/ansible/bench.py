@@ -11,6 +11,7 @@ scripts/bench-ansible.py is the command line.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -117,8 +118,20 @@ def write_fleet_inventory(path: Path, hosts: list[TargetHost]) -> Path:
     return path
 
 
+def snapshot_trees(trees: dict[str, Path], workdir: Path) -> dict[str, Path]:
+    """A copy of each checkout's ansible/ (label -> copy): edits made while it runs do not count."""
+    copies = {}
+    for index, (label, checkout) in enumerate(trees.items()):
+        copy = workdir / "trees" / str(index) / "ansible"
+        shutil.copytree(checkout / "ansible", copy, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.retry"))
+        copies[label] = copy
+    return copies
+
+
 def profiled_run(label: str, inventory: Path, vars_files: list[Path], workdir: Path,
-                 hosts: int, forks: int | None = None) -> RunCost:
+                 hosts: int, forks: int | None = None,
+                 ansible_dir: Path = ANSIBLE_DIR) -> RunCost:
     """ansible-playbook site.yml as an operator types it, with the profile callback on."""
     stem = workdir / f"{label.replace(' ', '-')}-{time.monotonic_ns()}"
     profile = stem.with_suffix(".jsonl")
@@ -128,14 +141,14 @@ def profiled_run(label: str, inventory: Path, vars_files: list[Path], workdir: P
         args += ["-e", f"@{path}"]
     if forks is not None:
         args += ["--forks", str(forks)]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ansible_dir / "ansible.cfg"),
            "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
            "ANSIBLE_CALLBACKS_ENABLED": "tfhost_profile", "TFHOST_PROFILE_PATH": str(profile),
            "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
            "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     with stem.with_suffix(".out").open("w") as output:
         started = time.monotonic()
-        process = subprocess.Popen(args, cwd=ANSIBLE_DIR, env=env, stdout=output,
+        process = subprocess.Popen(args, cwd=ansible_dir, env=env, stdout=output,
                                    stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.monotonic() - started
@@ -148,9 +161,16 @@ def profiled_run(label: str, inventory: Path, vars_files: list[Path], workdir: P
 
 
 def bench_platform(bench: BenchLab, platform: Platform, count: int, reruns: int,
-                   workdir: Path, keep: bool = False,
-                   forks: int | None = None) -> list[RunCost]:
-    """Fresh hosts -> converge -> `reruns` idle re-runs; the hosts are removed at the end."""
+                   workdir: Path, keep: bool = False, forks: int | None = None,
+                   trees: dict[str, Path] | None = None) -> list[RunCost]:
+    """Fresh hosts -> converge -> `reruns` idle re-runs; the hosts are removed at the end.
+
+    With several `trees` (label -> a snapshot's ansible/), the first converges and every
+    re-run round runs each tree in turn on the same hosts: paired figures under the same
+    load, and proof that each tree's re-run changes nothing on what the other converged.
+    """
+    trees = trees or {"": ANSIBLE_DIR}
+    first = next(iter(trees.values()))
     prefix = f"tfhost-bench-{platform.key}-{os.getpid()}-n{count}"
     hosts = start_hosts(bench, platform, count, prefix)
     try:
@@ -158,12 +178,19 @@ def bench_platform(bench: BenchLab, platform: Platform, count: int, reruns: int,
         vars_files = [bench.lab.vars_file]
         if platform.pkg_mgr == "dnf" and bench.rocky_vars_file is not None:
             vars_files.append(bench.rocky_vars_file)
-        runs = [profiled_run("converge", inventory, vars_files, workdir, count, forks)]
+        runs = [profiled_run(_label("converge", next(iter(trees))), inventory, vars_files,
+                             workdir, count, forks, first)]
         for number in range(1, reruns + 1):
-            label = "re-run" if reruns == 1 else f"re-run {number}"
-            runs.append(profiled_run(label, inventory, vars_files, workdir, count, forks))
+            for tree, ansible_dir in trees.items():
+                label = _label("re-run" if reruns == 1 else f"re-run {number}", tree)
+                runs.append(profiled_run(label, inventory, vars_files, workdir, count, forks,
+                                         ansible_dir))
         return runs
     finally:
         if not keep:
             for host in hosts:
                 host.remove()
+
+
+def _label(run: str, tree: str) -> str:
+    return f"{run} ({tree})" if tree else run
