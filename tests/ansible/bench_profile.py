@@ -32,7 +32,10 @@ class TaskCost:
 
     @property
     def label(self) -> str:
-        return f"{self.role} : {self.task}" if self.role else self.task
+        # Ansible names a role's task "role : task" already; the play's own have no prefix.
+        if not self.role or self.task.startswith(f"{self.role} : "):
+            return self.task
+        return f"{self.role} : {self.task}"
 
 
 @dataclass(frozen=True)

@@ -125,3 +125,14 @@ def test_a_malformed_profile_line_is_named(line: str, problem: str) -> None:
 def test_controller_side_actions_cost_no_module_run(action: str, delegate_to: str | None,
                                                     controller: bool) -> None:
     assert runs_on_controller(action, delegate_to) is controller
+
+
+@pytest.mark.parametrize("role, task, label", [
+    ("docker", "docker : Install Docker (distro)", "docker : Install Docker (distro)"),
+    ("docker", "Install Docker (distro)", "docker : Install Docker (distro)"),
+    ("", "Gathering Facts", "Gathering Facts"),
+])
+def test_a_task_is_labelled_with_its_role_once(role: str, task: str, label: str) -> None:
+    from tests.ansible.bench_profile import TaskCost
+
+    assert TaskCost(role, task, "a", 1.0, 1, 1, {"ok": 1}).label == label
