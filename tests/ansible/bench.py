@@ -148,7 +148,8 @@ def profiled_run(label: str, inventory: Path, vars_files: list[Path], workdir: P
            "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     with stem.with_suffix(".out").open("w") as output:
         started = time.monotonic()
-        process = subprocess.Popen(args, cwd=ansible_dir, env=env, stdout=output,
+        process = subprocess.Popen(args, cwd=ansible_dir, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=output,
                                    stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.monotonic() - started
