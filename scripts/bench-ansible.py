@@ -33,6 +33,7 @@ from tests.ansible.bench_profile import (  # noqa: E402
     task_table,
     to_json,
 )
+from workloads import safefs  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -108,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(json.loads(to_json(runs, {
                         "os": key, "hosts": count, "forks": args.forks,
                         "machine": host_platform.node(), "cpus": _cpus()})))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    safefs.ensure_directory(args.json.parent)
+    safefs.write_text(args.json, json.dumps(results, indent=2) + "\n")
     print(f"\nwritten to {args.json}")
     return 1 if failed else 0
 
