@@ -200,10 +200,11 @@ def test_a_device_that_cannot_allocate_the_fraction_keeps_what_it_could_and_warn
     for _ in range(5):
         coverage.step()
     fill = coverage.fills["GPU 0"]
-    assert fill.filled_bytes == 3 * memfill.MIB and fill.short.startswith("RESOURCE_EXHAUSTED")
+    # Three blocks fitted; one is given back as room for the soak's own work.
+    assert fill.filled_bytes == 2 * memfill.MIB and fill.short.startswith("RESOURCE_EXHAUSTED")
     row = soak.memory_result("GPU 0", plan, SoakRun({}, 1.0, 32, memory=coverage.fills))
     assert row.verdict == WARN
-    assert row.reason.startswith("memory: 3.0 MiB of 16.0 MiB (19 %) written and read back 5 "
+    assert row.reason.startswith("memory: 2.0 MiB of 16.0 MiB (12 %) written and read back 5 "
                                  "times, every read-back equal to the host's sum; only this much "
                                  "could be allocated of the 4.0 MiB asked")
     assert "RESOURCE_EXHAUSTED: Out of memory" in row.reason and "\n" not in row.reason
@@ -261,3 +262,21 @@ def test_a_pool_the_framework_reserved_is_counted_free_to_the_soak() -> None:
     assert row.verdict == PASS and row.details["filled_bytes"] == 20 << 30
     assert "memory: 20.0 GiB of 79.6 GiB (25 %)" in row.reason
     assert "read from the backend's memory stats" in row.reason
+
+
+def test_a_gpu_that_runs_out_gives_back_room_for_the_soaks_own_work() -> None:
+    """Twelve 256 MiB blocks fit, the thirteenth does not: 2 GiB (eight) are given back, so the
+    products and the pattern's temporaries still fit. Blocks here are tokens, not memory."""
+    plan = memfill.plan_for("GPU", 20 << 30, 80 << 30, "NVML")
+    made: list[int] = []
+
+    def allocate(handle: Any, start: int, count: int, seed: int) -> int:
+        if len(made) == 12:
+            raise RuntimeError("CUDA_ERROR_OUT_OF_MEMORY: out of memory")
+        made.append(start)
+        return start
+
+    backend = memfill.Backend(allocate, lambda block, start, seed: block, lambda block: 0)
+    fill = memfill.Coverage(backend, {"GPU 0": (None, plan)}).fills["GPU 0"]
+    assert fill.filled_bytes == 4 * memfill.GPU_BLOCK_BYTES
+    assert fill.short == "CUDA_ERROR_OUT_OF_MEMORY: out of memory"

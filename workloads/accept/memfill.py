@@ -14,7 +14,8 @@ it rewrites them with a pattern of a new seed, then reads them back on the devic
   never 0 modulo 2^32, so it fails; a bit stuck at one value fails in the passes whose seed
   asks for the other.
 
-A device that cannot allocate the whole fraction keeps what it could and says so (``warn``).
+A device that cannot allocate the whole fraction keeps what it could, less some room for the
+soak's own work (``SHORT_HEADROOM_BYTES``), and says so (``warn``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ GPU_BLOCK_BYTES = 256 * MIB  # one allocation: few enough to dispatch quickly, s
 CPU_FILL_BYTES = 4 * MIB  # the CPU backend's fill: the host's RAM is not the GPU's, tests stay fast
 CPU_BLOCK_BYTES = 1 * MIB
 UNKNOWN_GPU_FILL_BYTES = 1 << 30  # a GPU whose free memory nobody reports: 1 GiB, and a warn
+# Given back after an allocation fails: the device is then full, and the soak's products and
+# the pattern's own temporaries (TensorFlow's int64 arithmetic: a few times a block) need room.
+SHORT_HEADROOM_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,13 @@ class Plan:
     total: int | None
     source: str  # where the size came from, in words, for the row
     sized: bool = True  # False: a GPU whose free memory nobody reported (a fixed 1 GiB)
+
+    @property
+    def headroom_blocks(self) -> int:
+        """Blocks given back when an allocation fails (one where blocks are MiB-sized)."""
+        if self.block_bytes < GPU_BLOCK_BYTES:
+            return 1
+        return max(1, SHORT_HEADROOM_BYTES // self.block_bytes)
 
     @property
     def blocks(self) -> list[tuple[int, int]]:
@@ -129,6 +140,9 @@ class Coverage:
                 except Exception as error:  # any failure to allocate degrades
                     line = str(error).strip().splitlines()
                     self.fills[label].short = line[0][:200] if line else type(error).__name__
+                    for _ in range(min(plan.headroom_blocks, len(held))):
+                        held.pop()
+                        self.fills[label].filled_bytes -= count * ITEM_BYTES
                     break
                 held.append((start, block))
                 self.fills[label].filled_bytes += count * ITEM_BYTES

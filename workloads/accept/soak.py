@@ -5,6 +5,11 @@ float32 and bfloat16, over several shapes, and each product's checksum is compar
 exact one worked out on the host: a one-GPU host, or GPUs all wrong the same way, fail too.
 A soak without a golden answer (``SoakRun.expected`` empty) is judged as below.
 
+The products touch under a GiB, so each GPU also holds ``memfill.SOAK_MEMORY_FRACTION`` of
+its free memory (NVML's figure, or the backend's) written with a seeded pattern and read back
+on every iteration, each read-back against the host's closed-form sum (``memfill``): the
+``memory`` row states the bytes covered and their share of the GPU.
+
 Speed checks pass a GPU that computes wrong answers fast. Here each device multiplies the
 same two seeded matrices again and again for ``--soak SECONDS`` (Imbue's stress test runs
 300 s and compares results across GPUs), and each product's checksum (its bits, exactly)
