@@ -156,9 +156,14 @@ def test_the_pair_matrix_runs_over_the_logical_cpu_devices(tensorflow_run: Run) 
 
 
 def test_the_soak_checks_every_product(tensorflow_run: Run) -> None:
-    [row] = _rows(tensorflow_run, "soak")
+    row, memory = _rows(tensorflow_run, "soak")
     assert row["verdict"] == "pass" and row["device"] == "CPU"
     assert row["details"]["iterations"] > 1 and row["details"]["mismatches"] == 0
+    # The memory coverage: the CPU backend's fixed fill, read back once per iteration.
+    assert memory["item"] == "memory" and memory["verdict"] == "pass"
+    assert memory["details"]["passes"] == row["details"]["iterations"]
+    assert memory["details"]["mismatches"] == 0 and memory["details"]["filled_bytes"] > 0
+    assert memory["reason"].startswith("memory: 4.0 MiB written and read back")
 
 
 def test_the_training_row_states_its_mfu_and_peak(tensorflow_run: Run) -> None:
@@ -195,8 +200,10 @@ def test_the_same_battery_runs_on_jax(jax_run: Run) -> None:
     ]
     [pairs] = _rows(run, "p2p")
     assert pairs["details"]["gbps"][1][0] > 0
-    [soaked] = _rows(run, "soak")
+    soaked, memory = _rows(run, "soak")
     assert soaked["verdict"] == "pass" and soaked["details"]["iterations"] > 1
+    assert memory["item"] == "memory" and memory["verdict"] == "pass"
+    assert memory["details"]["passes"] == soaked["details"]["iterations"]
     assert all(r["value"] > 0 for r in _rows(run, "matmul"))
     sizes = [r for r in _rows(run, "allreduce") if r["item"].endswith("MiB")]
     assert sizes and all(r["details"]["ranks"] == 2 for r in sizes)

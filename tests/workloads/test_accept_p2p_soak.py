@@ -18,7 +18,7 @@ import pytest
 from tests.host import nvml_boards
 from tests.host.fake_cuda_driver import FakeCudaDriver
 from tests.host.fake_nvml import FakeNvml
-from workloads.accept import p2p, soak
+from workloads.accept import memfill, p2p, soak
 from workloads.accept.checks import Sizes, Target
 from workloads.accept.kernels import Device, SoakRun
 from workloads.accept.output import p2p_matrix
@@ -137,19 +137,44 @@ def test_one_device_has_no_pair() -> None:
 # --- the soak ----------------------------------------------------------------------------
 
 
+def planted_memory(
+    plans: dict[str, memfill.Plan] | None, flipped_from: dict[str, int] | None = None,
+    passes: int = 12,
+) -> dict[str, memfill.Fill]:
+    """Each device's memory coverage as a healthy device reads it back, every pass the host's
+    closed form; a device in ``flipped_from`` reads back bit 7 flipped from that pass on."""
+    fills = {}
+    for label, plan in (plans or {}).items():
+        fill = memfill.Fill(plan, plan.nbytes)
+        for p in range(passes):
+            fill.seeds.append(memfill.seed(p + 1))
+            good = memfill.expected(fill.seeds[-1], fill.elements)
+            bad = p >= (flipped_from or {}).get(label, passes)
+            fill.sums.append(good ^ 1 << 7 if bad else good)
+        fills[label] = fill
+    return fills
+
+
 class PlantedSoak:
-    """Checksums of a soak in which chosen devices compute wrong answers."""
+    """Checksums of a soak in which chosen devices compute wrong answers (and a backend that
+    reports half of an 80 GiB device free, as JAX's ``memory_stats`` would)."""
 
     def __init__(self, wrong_from: dict[str, int], differs: set[str] | None = None) -> None:
         self.wrong_from, self.differs = wrong_from, differs or set()
 
-    def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
+    def memory_stats(self, device: Device) -> tuple[int, int] | None:
+        return 40 << 30, 80 << 30
+
+    def soak_checksums(
+        self, devices: list[Device], size: int, seconds: float,
+        fill: dict[str, memfill.Plan] | None = None,
+    ) -> SoakRun:
         sums = {}
         for device in devices:
             good = 0xBEEF if device.label not in self.differs else 0xDEAD
             start = self.wrong_from.get(device.label, 10**9)
             sums[device.label] = [good if i < start else good ^ 1 << 17 for i in range(40)]
-        return SoakRun(sums, seconds, size)
+        return SoakRun(sums, seconds, size, memory=planted_memory(fill))
 
 
 def _soak(kernels: Any, targets: list[Target]) -> list[Any]:
@@ -158,7 +183,8 @@ def _soak(kernels: Any, targets: list[Target]) -> list[Any]:
 
 def test_a_healthy_soak_passes_every_device() -> None:
     rows = _soak(PlantedSoak({}), _targets(nvml_boards.H100_SXM5_80GB, 8))
-    assert {r.verdict for r in rows} == {PASS} and len(rows) == 8
+    assert {r.verdict for r in rows} == {PASS} and len(rows) == 16
+    assert [r.item for r in rows] == ["results"] * 8 + ["memory"] * 8
     assert "identical to the first, and to its siblings'" in rows[0].reason
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from tests.host import nvml_boards
-from tests.workloads.test_accept_p2p_soak import _targets
-from workloads.accept import golden
+from tests.workloads.test_accept_p2p_soak import _targets, planted_memory
+from workloads.accept import golden, memfill
 from workloads.accept.kernels import Device, SoakRun
 
 SIZES = (16, 64, 256)
@@ -66,7 +66,13 @@ class GoldenSoak:
     def __init__(self, wrong: set[str], all_wrong: bool = False) -> None:
         self.wrong, self.all_wrong = wrong, all_wrong
 
-    def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
+    def memory_stats(self, device: Device) -> tuple[int, int] | None:
+        return 40 << 30, 80 << 30
+
+    def soak_checksums(
+        self, devices: list[Device], size: int, seconds: float,
+        fill: dict[str, memfill.Plan] | None = None,
+    ) -> SoakRun:
         plan = golden.cases(16)
         cases = [plan[i % len(plan)] for i in range(9)]
         expected = [golden.expected(c) for c in cases]
@@ -76,7 +82,7 @@ class GoldenSoak:
             sums[device.label] = [e ^ (1 << 40) if bad and i >= 4 else e
                                   for i, e in enumerate(expected)]
         return SoakRun(sums, seconds, size, [c.name for c in cases], expected,
-                       max(c.nbytes for c in plan))
+                       max(c.nbytes for c in plan), planted_memory(fill))
 
 
 def _soak(kernels: Any, gpus: int) -> list[Any]:

@@ -159,6 +159,7 @@ def run(
                             reference,
                             tick,
                             watcher.now if watcher is not None else None,
+                            watcher.memory_info if watcher is not None else None,
                         )
                     else:
                         findings += _measure(name, kernels, targets, size, reference, tick)

@@ -17,9 +17,11 @@ can train to, its NVLinks), each with a verdict and a reason:
   errors     XID and SXid events since boot (kernel log) with NVIDIA's action for each,
              NVLink replay/recovery/CRC and PCIe replay counters, PCIe AER counters
   dcgm       DCGM's `dcgmi diag -r LEVEL` verdict, where DCGM is installed
-  soak       only with --soak SECONDS or --profile deep: every GPU repeats the same
-             matmul, each product compared with its first and with its siblings'
-             (silent data corruption), and the clock watched as the card heats
+  soak       only with --soak SECONDS or --profile deep: every GPU repeats integer
+             matmuls (float32, bfloat16, several shapes) whose exact product the host
+             knows, holds half its free memory written with a seeded pattern and read
+             back every iteration (silent data corruption, a stuck or flipping bit),
+             and the clock watched as the card heats
 
 Profiles: standard (the default: the battery, DCGM level 1, no soak) and deep (DCGM
 level 3 and a 300 s soak; --level and --soak still override it).

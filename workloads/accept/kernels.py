@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from workloads.accept.memfill import Fill, Plan
 from workloads.hardware.copy_engine import PeerCopy
 
 
@@ -90,8 +91,18 @@ class Kernels(Protocol):
         """
         ...
 
-    def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
-        """Every device computes the same matmul over and over for ``seconds``; the checksums."""
+    def soak_checksums(
+        self, devices: list[Device], size: int, seconds: float, fill: dict[str, Plan] | None = None
+    ) -> SoakRun:
+        """Every device computes the same matmul over and over for ``seconds``; the checksums.
+
+        ``fill`` (by device label): the memory each device also covers, one pass of
+        ``memfill``'s pattern written and read back per iteration (``SoakRun.memory``).
+        """
+        ...
+
+    def memory_stats(self, device: Device) -> tuple[int, int] | None:
+        """The backend's own (free, total) bytes of ``device``, where it reports them."""
         ...
 
 
@@ -107,6 +118,8 @@ class SoakRun:
     cases: list[str] = field(default_factory=list)
     expected: list[int] = field(default_factory=list)
     touched_bytes: int = 0  # the largest case's A, B and C: the memory one product touches
+    # The memory coverage (workloads.accept.memfill), by device label: empty without one.
+    memory: dict[str, Fill] = field(default_factory=dict)
 
 
 def matmul_rate(

@@ -11,7 +11,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from workloads.accept import memfill
 from workloads.accept.kernels import Device, SoakRun, best_rate, each_rate
+from workloads.accept.memfill import Backend, Plan
 from workloads.hardware.copy_engine import PeerCopy, median_copy, process_engine
 
 FLOAT32_BYTES = 4
@@ -157,12 +159,26 @@ class JaxKernels:
         verified = int(jnp.sum(copied[0] == 1.0)) == count
         return median_copy(rates, None, verified)
 
-    def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
+    def memory_stats(self, device: Device) -> tuple[int, int] | None:
+        """(free, total) from the device's allocator (``memory_stats``: GPUs; None on CPUs)."""
+        try:
+            stats = device.handle.memory_stats()
+        except Exception:  # a backend without the figures: none to read
+            return None
+        if not stats or not stats.get("bytes_limit"):
+            return None
+        limit = int(stats["bytes_limit"])
+        return max(limit - int(stats.get("bytes_in_use", 0)), 0), limit
+
+    def soak_checksums(
+        self, devices: list[Device], size: int, seconds: float, fill: dict[str, Plan] | None = None
+    ) -> SoakRun:
         """Integer-valued matmuls with a golden answer (``golden``) on every device, cycled.
 
         Each product is exact in its dtype; it is converted to int32 (exact), viewed as
         uint32 and reduced to Freivalds' two sums in wrapping uint32 (modulo 2^32, as the
-        host's golden checksum). Work goes to every device before any result is read.
+        host's golden checksum). Work goes to every device before any result is read. Each
+        iteration also runs one pass of the memory coverage (``memfill``) on every device.
         """
         import time
 
@@ -190,6 +206,9 @@ class JaxKernels:
                 for d in devices
             ])
         want = [golden.expected(case) for case in plan]
+        plans = {d.label: (d.handle, (fill or {})[d.label]) for d in devices
+                 if d.label in (fill or {})}
+        coverage = memfill.Coverage(jax_memory(jax, jnp), plans)
         checksums: dict[str, list[int]] = {d.label: [] for d in devices}
         cases: list[str] = []
         expected: list[int] = []
@@ -197,6 +216,7 @@ class JaxKernels:
         while True:
             turn = len(cases) % len(plan)
             pending = [step(*args) for args in operands[turn]]
+            coverage.step()
             for device, result in zip(devices, pending, strict=True):
                 s0, s1 = (int(x) for x in np.asarray(result))
                 checksums[device.label].append(s1 << 32 | s0)
@@ -205,7 +225,7 @@ class JaxKernels:
             elapsed = time.perf_counter() - start
             if elapsed >= seconds and len(cases) >= len(plan):
                 return SoakRun(checksums, elapsed, size, cases, expected,
-                               max(case.nbytes for case in plan))
+                               max(case.nbytes for case in plan), coverage.fills)
 
 
 def soak_sums(jnp: Any, product: Any, u: Any, v: Any) -> Any:
@@ -224,6 +244,40 @@ def soak_sums(jnp: Any, product: Any, u: Any, v: Any) -> Any:
     c = i.astype(jnp.uint32)
     rows = (c * v[None, :]).sum(axis=1, dtype=jnp.uint32)
     return jnp.stack([c.sum(dtype=jnp.uint32) + off, (rows * u).sum(dtype=jnp.uint32)])
+
+
+def jax_pattern(jnp: Any, count: int, start: Any, seed: Any) -> Any:
+    """``memfill``'s pattern for elements start..start+count, in wrapping uint32."""
+    index = jnp.arange(count, dtype=jnp.uint32) + start
+    return index * jnp.uint32(memfill.MULTIPLIER) + seed
+
+
+def jax_memory(jax: Any, jnp: Any) -> Backend:
+    """The memory coverage's steps: a rewrite donates the block, so XLA writes it in place."""
+    import warnings
+
+    import numpy as np
+
+    fresh = jax.jit(lambda start, seed, count: jax_pattern(jnp, count, start, seed),
+                    static_argnums=2)
+    again = jax.jit(lambda old, start, seed: jax_pattern(jnp, old.shape[0], start, seed),
+                    donate_argnums=0)
+    read = jax.jit(lambda block: block.sum(dtype=jnp.uint32))
+
+    def scalars(start: int, seed: int, handle: Any) -> tuple[Any, Any]:
+        return (jax.device_put(np.uint32(start % memfill.MOD), handle),
+                jax.device_put(np.uint32(seed), handle))
+
+    def allocate(handle: Any, start: int, count: int, seed: int) -> Any:
+        return fresh(*scalars(start, seed, handle), count)
+
+    def rewrite(block: Any, start: int, seed: int) -> Any:
+        [handle] = block.devices()
+        with warnings.catch_warnings():  # the CPU client may not reuse donated buffers
+            warnings.filterwarnings("ignore", message=".*donated buffers.*")
+            return again(block, *scalars(start, seed, handle))
+
+    return Backend(allocate, rewrite, read)
 
 
 def _capability(device: Any) -> tuple[int, int] | None:

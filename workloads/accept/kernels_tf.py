@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+from workloads.accept import memfill
 from workloads.accept.kernels import Device, SoakRun, best_rate, each_rate
+from workloads.accept.memfill import Backend, Plan
 from workloads.hardware.copy_engine import CopyEngine, PeerCopy, median_copy, process_engine
 
 FLOAT32_BYTES = 4
@@ -124,12 +126,19 @@ class TensorFlowKernels:
             total = float(tf.reduce_sum(tf.cast(copied[0], tf.float64)))
         return median_copy(rates, None, total == count)
 
-    def soak_checksums(self, devices: list[Device], size: int, seconds: float) -> SoakRun:
+    def memory_stats(self, device: Device) -> tuple[int, int] | None:
+        """TensorFlow reports what it has allocated, not what is free: nothing to read."""
+        return None
+
+    def soak_checksums(
+        self, devices: list[Device], size: int, seconds: float, fill: dict[str, Plan] | None = None
+    ) -> SoakRun:
         """Integer-valued matmuls with a golden answer (``golden``) on every device, cycled.
 
         Each iteration is one case (shape and dtype) on every device at once; its product is
         exact in that dtype, cast to int64 (exact) and reduced to Freivalds' two sums, in
-        int64 (no overflow: see ``golden``), then taken modulo 2^32 on the host.
+        int64 (no overflow: see ``golden``), then taken modulo 2^32 on the host. Each
+        iteration also runs one pass of the memory coverage (``memfill``) on every device.
         """
         import time
 
@@ -154,6 +163,9 @@ class TensorFlowKernels:
                     ))
             operands.append(per_device)
         want = [golden.expected(case) for case in plan]
+        plans = {d.label: (d.handle, (fill or {})[d.label]) for d in devices
+                 if d.label in (fill or {})}
+        coverage = memfill.Coverage(tf_memory(tf), plans)
         checksums: dict[str, list[int]] = {d.label: [] for d in devices}
         cases: list[str] = []
         expected: list[int] = []
@@ -164,6 +176,7 @@ class TensorFlowKernels:
             for device, args in zip(devices, operands[turn], strict=True):
                 with tf.device(device.handle):
                     pending.append(step(*args))
+            coverage.step()
             for device, result in zip(devices, pending, strict=True):
                 s0, s1 = (int(x) % golden.MOD for x in result.numpy())
                 checksums[device.label].append(s1 << 32 | s0)
@@ -172,7 +185,7 @@ class TensorFlowKernels:
             elapsed = time.perf_counter() - start
             if elapsed >= seconds and len(cases) >= len(plan):
                 return SoakRun(checksums, elapsed, size, cases, expected,
-                               max(case.nbytes for case in plan))
+                               max(case.nbytes for case in plan), coverage.fills)
 
     def _pageable_rate(self, device: Device, nbytes: int, repeats: int, to_device: bool) -> float:
         import numpy as np
@@ -249,6 +262,51 @@ def soak_sums(tf: Any, product: Any, u: Any, v: Any) -> Any:
     off = tf.reduce_sum(tf.cast(tf.not_equal(moved, 0), tf.int64))
     rows = tf.reduce_sum(c * v[None, :], axis=1)
     return tf.stack([tf.reduce_sum(c) + off, tf.reduce_sum(rows * u)])
+
+
+def tf_pattern(tf: Any, start: Any, count: int, seed: Any) -> Any:
+    """``memfill``'s pattern for elements start..start+count, as int32 (the uint32's bits).
+
+    TensorFlow's GPU kernels do int64, not uint32, arithmetic: i·K mod 2^32 is worked out as
+    hi·(K·2^16 mod 2^32) + lo·K with i's 16-bit halves (every product under 2^48, exact), and
+    the uint32 is moved into int32's range by subtracting 2^32, so no cast depends on wrapping.
+    """
+    mask = tf.constant(memfill.MOD - 1, tf.int64)
+    i = tf.bitwise.bitwise_and(tf.range(count, dtype=tf.int64) + start, mask)
+    hi = tf.bitwise.right_shift(i, tf.constant(16, tf.int64))
+    lo = tf.bitwise.bitwise_and(i, tf.constant(0xFFFF, tf.int64))
+    x = tf.bitwise.bitwise_and(hi * ((memfill.MULTIPLIER << 16) % memfill.MOD)
+                               + lo * memfill.MULTIPLIER + seed, mask)
+    return tf.cast(tf.where(x >= 1 << 31, x - memfill.MOD, x), tf.int32)
+
+
+def tf_read(tf: Any, block: Any) -> Any:
+    """The block's elements as uint32 values, summed exactly in int64 (2^26 · 2^32 < 2^63)."""
+    return tf.reduce_sum(tf.bitwise.bitwise_and(tf.cast(block, tf.int64),
+                                                tf.constant(memfill.MOD - 1, tf.int64)))
+
+
+def tf_memory(tf: Any) -> Backend:
+    """The memory coverage's steps: blocks are variables, rewritten in place by ``assign``."""
+    fresh = tf.function(lambda start, count, seed: tf_pattern(tf, start, count, seed))
+    read = tf.function(lambda block: tf_read(tf, block))
+
+    def allocate(handle: Any, start: int, count: int, seed: int) -> Any:
+        with tf.device(handle):
+            return tf.Variable(fresh(tf.constant(start, tf.int64), count,
+                                     tf.constant(seed, tf.int64)), trainable=False)
+
+    def rewrite(block: Any, start: int, seed: int) -> Any:
+        with tf.device(block.device):
+            block.assign(fresh(tf.constant(start, tf.int64), int(block.shape[0]),
+                               tf.constant(seed, tf.int64)))
+        return block
+
+    def pending(block: Any) -> Any:
+        with tf.device(block.device):
+            return read(block)
+
+    return Backend(allocate, rewrite, pending)
 
 
 def _h2d(tf: Any, host: Any) -> Callable[[], object]:

@@ -5,6 +5,11 @@ float32 and bfloat16, over several shapes, and each product's checksum is compar
 exact one worked out on the host: a one-GPU host, or GPUs all wrong the same way, fail too.
 A soak without a golden answer (``SoakRun.expected`` empty) is judged as below.
 
+The products touch under a GiB, so each GPU also holds ``memfill.SOAK_MEMORY_FRACTION`` of
+its free memory (NVML's figure, or the backend's) written with a seeded pattern and read back
+on every iteration, each read-back against the host's closed-form sum (``memfill``): the
+``memory`` row states the bytes covered and their share of the GPU.
+
 Speed checks pass a GPU that computes wrong answers fast. Here each device multiplies the
 same two seeded matrices again and again for ``--soak SECONDS`` (Imbue's stress test runs
 300 s and compares results across GPUs), and each product's checksum (its bits, exactly)
@@ -27,6 +32,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable
 
+from workloads.accept import memfill
 from workloads.accept.checks import Sizes, Target
 from workloads.accept.kernels import Kernels, SoakRun
 from workloads.accept.verdicts import FAIL, PASS, SKIP, WARN, Finding
@@ -42,27 +48,108 @@ def check_soak(
     reference: Reference,
     tick: Callable[[str], None],
     now: Callable[[], float] | None = None,
+    memory: Callable[[int], tuple[int, int] | None] | None = None,
 ) -> list[Finding]:
     """Run the soak on every target at once; findings per device, then the clocks under it.
 
     ``now`` reads the NVML sampler's clock (``Watcher.now``), to know which samples fell
-    inside the soak; without it (no NVML) there is no clock row.
+    inside the soak; without it (no NVML) there is no clock row. ``memory`` reads a GPU's
+    (free, total) bytes from NVML by its NVML index (``Watcher.memory_info``); without it,
+    or where it has no answer, the backend's own memory stats size the memory coverage.
     """
     devices = [t.device for t in targets]
     if not devices or seconds <= 0:
         return [Finding("soak", "host", "results", SKIP, "no soak asked for (--soak SECONDS)")]
     tick(f"{len(devices)} device(s), {seconds:,.0f} s")
     begin = now() if now else None
-    run = kernels.soak_checksums(devices, size.soak_matrix, seconds)
+    plans = {t.label: memory_plan(kernels, t, memory) for t in targets}
+    run = kernels.soak_checksums(devices, size.soak_matrix, seconds, plans)
     end = now() if now else None
     groups = {t.label: (t.model.model if t.model else t.device.name) for t in targets}
     findings = results(run, groups)
+    findings += [memory_result(t.label, plans[t.label], run) for t in targets]
     if begin is not None and end is not None:
         threshold = reference.thresholds["soak_clocks"]
         for target in targets:
             if target.watch is not None:
                 findings.append(clock_sag(target.label, target.watch, begin, end, threshold))
     return findings
+
+
+def memory_plan(
+    kernels: Kernels, target: Target, memory: Callable[[int], tuple[int, int] | None] | None
+) -> memfill.Plan:
+    """How much of the device the soak covers: the free memory NVML reports, or the backend's.
+
+    Where both answer, the larger free figure: a framework that reserved a pool at start (JAX
+    preallocates most of a GPU) holds memory NVML counts as used but the soak can fill.
+    """
+    if target.device.kind != "GPU":
+        return memfill.plan_for(target.device.kind, None, None, "")
+    readings = []
+    if memory is not None and target.watch is not None:
+        nvml = memory(target.watch.facts.index)
+        if nvml is not None:
+            readings.append((nvml, "NVML"))
+    stats = kernels.memory_stats(target.device)
+    if stats is not None:
+        readings.append((stats, "the backend's memory stats"))
+    if not readings:
+        return memfill.plan_for(target.device.kind, None, None, "")
+    (free, _), source = max(readings, key=lambda r: r[0][0])
+    total = readings[0][0][1]  # NVML's total where it answered: the whole device
+    return memfill.plan_for(target.device.kind, free, total, source)
+
+
+def memory_result(label: str, plan: memfill.Plan, run: SoakRun) -> Finding:
+    """One device's memory coverage: every pass's read-back against the host's closed form.
+
+    Fails closed: a device with no coverage record, or one that finished no pass, fails.
+    """
+    fill = run.memory.get(label)
+    if fill is None:
+        return Finding("soak", label, "memory", FAIL, "the soak returned no memory coverage "
+                       "for this device: its memory was not checked; run the soak again")
+    whole = plan.total or 0
+    share = f" of {_bytes(whole)} ({100 * fill.filled_bytes / whole:.0f} %)" if whole else ""
+    covered = f"{_bytes(fill.filled_bytes)}{share}"
+    details = {"filled_bytes": fill.filled_bytes, "planned_bytes": plan.nbytes,
+               "free_bytes": plan.free, "total_bytes": plan.total, "source": plan.source,
+               "fraction_of_free": memfill.SOAK_MEMORY_FRACTION, "passes": len(fill.sums)}
+    if not fill.sums:
+        why = f" ({fill.short})" if fill.short else ""
+        return Finding("soak", label, "memory", FAIL, f"no memory pass finished{why}: the "
+                       f"device's memory was not checked; reset the GPU and run again",
+                       details=details)
+    wrong = [p for p, got in enumerate(fill.sums)  # a pass without its seed is wrong too
+             if p >= len(fill.seeds) or got != memfill.expected(fill.seeds[p], fill.elements)]
+    details["mismatches"] = len(wrong)
+    if wrong:
+        first = wrong[0]
+        return Finding("soak", label, "memory", FAIL, f"memory read back wrong: {len(wrong)} of "
+                       f"{len(fill.sums)} passes over {covered} differ from the pattern written "
+                       f"(first: pass {first + 1}); a stuck or "
+                       "flipping bit: drain the node, check ECC and row remapping (nvidia-smi -q "
+                       "-d ECC,ROW_REMAPPER), replace the GPU (RMA) if it repeats", details=details)
+    text = (f"memory: {covered} written and read back {len(fill.sums)} times, every read-back "
+            f"equal to the host's sum")
+    if fill.short:
+        return Finding("soak", label, "memory", WARN, f"{text}; only this much could be "
+                       f"allocated of the {_bytes(plan.nbytes)} asked ({plan.source}): "
+                       f"{fill.short}; free the GPU (other processes) and run again",
+                       details=details)
+    if not plan.sized:
+        return Finding("soak", label, "memory", WARN, f"{text}; {plan.source}, so the share "
+                       "checked is unknown: run with NVML (the driver's libnvidia-ml)",
+                       details=details)
+    return Finding("soak", label, "memory", PASS, f"{text} ({plan.source})", details=details)
+
+
+def _bytes(count: int) -> str:
+    """GiB with one decimal from 1 GiB up (the row's scale), else MiB."""
+    if count >= 1 << 30:
+        return f"{count / (1 << 30):,.1f} GiB"
+    return f"{count / (1 << 20):,.1f} MiB"
 
 
 def golden_results(run: SoakRun) -> list[Finding]:

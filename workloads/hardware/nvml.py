@@ -283,6 +283,14 @@ class Watcher:
         """The time on the samples' own clock (``Sample.time_s``), to mark a window with."""
         return round(self.clock() - self._start, 3)
 
+    def memory_info(self, index: int) -> tuple[int, int] | None:
+        """(free, total) bytes of the GPU at NVML ``index`` (nvmlDeviceGetMemoryInfo), or None."""
+        try:
+            info = self.nvml.nvmlDeviceGetMemoryInfo(self.handles[index])
+            return int(info.free), int(info.total)
+        except Exception:  # no reading: the caller falls back to the backend's
+            return None
+
     def sample_once(self) -> None:
         for gpu, handle in zip(self.gpus, self.handles, strict=True):
             gpu.samples.append(read_sample(self.nvml, handle, self._start, self.clock))
