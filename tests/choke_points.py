@@ -249,6 +249,10 @@ class _Visitor(ast.NodeVisitor):
             flags = node.args[1] if len(node.args) > 1 else next(
                 (k.value for k in node.keywords if k.arg == "flags"), None)
             names = _names(flags) if flags is not None else set()
+            if flags is not None:  # getattr(os, "O_CLOEXEC", 0): the name is the string
+                names |= {n.value for n in ast.walk(flags) if isinstance(n, ast.Constant)
+                          and isinstance(n.value, str)}
+                names -= {"getattr"}
             for constant in names & self.constants.keys():  # os.open(p, _READ_FLAGS)
                 names = (names - {constant}) | _names(self.constants[constant])
             # flags held in a variable may hold anything: only literal O_ names pass

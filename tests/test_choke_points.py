@@ -105,7 +105,8 @@ FLAGGED = {
         # variables, imports under other names, numpy/matplotlib/Path writers, the shell
         'o = open\no(p, "w")', 'functools.partial(open, mode="w")', "f = io.open",
         'builtins.open(p, "w")', 'm = "w"\nopen(p, m)', 'p.open(mode=m)',
-        "fl = os.O_WRONLY | os.O_CREAT\nos.open(p, fl)", "os.open(p, flags=fl)",
+        "fl = os.O_WRONLY | os.O_CREAT\nos.open(p, fl)", 'os.open(p, getattr(os, "O_WRONLY"))',
+        "os.open(p, flags=fl)",
         "from os import open as o\no(p, os.O_WRONLY)", "from os import makedirs\nmakedirs(p)",
         "import numpy as xp\nxp.save(p, a)", "np.savez(p, a=a)", "np.savez_compressed(p, a=a)",
         "np.savetxt(p, a)", "a.tofile(p)", "plt.imsave(p, a)", "p.touch()", "p.symlink_to(q)",
@@ -139,7 +140,8 @@ CLEAN = [
     "with (safefs.staged(p) if c else safefs.scratch(n)) as name:\n    model.save(str(name))",
     "def f():\n    buffer = io.BytesIO()\n    image.save(buffer, format='PNG')",
     "with safefs.writing(p) as fh, tarfile.open(fileobj=fh, mode='w:gz') as tar:\n    pass",
-    "open: list[int] = []", "_R = os.O_RDONLY | os.O_NOFOLLOW\nos.open(p, _R)",
+    "open: list[int] = []", 'os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))',
+    "_R = os.O_RDONLY | os.O_NOFOLLOW\nos.open(p, _R)",
     'text.replace("a", "b")', "subprocess.run(cmd, shell=False)", "webbrowser.open(url)",
     'logging.info("%d runs", len(runs))', "log.info(printable.line(h.host))",
 ]
