@@ -56,8 +56,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("workloads/sweep/database.py", "read", "_load"):
         "pickle.loads only after workloads.pickle_walk.check_pickle passed the opcode stream",
     # --- reads: untrusted, to move onto workloads/bounded.py (issue 48, readers) -------
-    ("workloads/sweep/runner.py", "read", "_last_error_line"):
-        "a run's own log in the sweep directory; to be read by bounded.py",
     # --- prints of fields that are not from another machine ---------------------------
     ("workloads/check.py", "print", "run"):
         "the device name TensorFlow gives on this host, not a record's",

@@ -136,6 +136,15 @@ def read_head(path: Path, size: int) -> bytes:
         return read_at_most_prefix(handle, size)
 
 
+def read_tail(path: Path, size: int) -> bytes:
+    """The last ``size`` bytes (or fewer) of the regular file ``path``: a log's end, whatever
+    its length (a run's log may be gigabytes; its last error line is in the tail)."""
+    with open(open_untrusted(path), "rb", buffering=0, closefd=True) as handle:
+        end = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, end - size))
+        return read_at_most_prefix(handle, size)
+
+
 def read_at_most_prefix(handle: Any, size: int) -> bytes:
     """Up to ``size`` bytes from the start of ``handle`` (short reads repeated)."""
     chunks, total = [], 0
