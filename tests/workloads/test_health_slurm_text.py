@@ -1,4 +1,4 @@
-"""`workloads health --slurm` prints the reason another operator drained the node with as a line.
+"""`workloads health` prints the reason another operator drained the node with as a line.
 
 That reason is text ``scontrol show node`` gives back as it was set (``scontrol update
 Reason=...`` by anyone Slurm lets drain nodes): it reached the terminal raw in the
@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.workloads import kernel_log_fixture as klog
+from tests.workloads.conftest import REPO
 from tests.workloads.test_health import gpus, node  # noqa: F401  (node: the fixture)
 from workloads.accept.health import command
 from workloads.cli import build_parser
@@ -52,3 +57,21 @@ def test_another_operators_drain_reason_is_printed_as_a_line(
     shown = [line for line in out.getvalue().split("\n") if line.startswith("slurm:")]
     assert shown, out.getvalue()
     assert all(line.isprintable() for line in out.getvalue().split("\n")), out.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_state_that_is_not_a_file_is_one_line_not_a_hang(tmp_path: Path, kind: str) -> None:
+    """A FIFO at the state's name blocked the check for ever (opened without O_NONBLOCK)."""
+    state = tmp_path / "state" / "health.json"
+    state.parent.mkdir(mode=0o700)
+    if kind == "fifo":
+        os.mkfifo(state)
+    else:
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(state))
+    log = klog.write(tmp_path / "kern.log", klog.noise(1.0, 3))
+    done = subprocess.run([sys.executable, "-m", "workloads", "health", "--state", str(state),
+                           "--kernel-log", str(log)], capture_output=True, text=True, timeout=60,
+                          check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr[-400:]
+    assert kind != "fifo" or "is not a regular file" in done.stderr
