@@ -51,11 +51,28 @@ OPEN_MODE_SECOND = {"open", "io.open", "os.fdopen", "tarfile.open", "gzip.open",
                     "lzma.open", "codecs.open", "zipfile.ZipFile"}
 PLACING = {"os.replace", "os.rename", "shutil.copy", "shutil.copy2", "shutil.copyfile",
            "shutil.move", "tempfile.mkstemp", "tempfile.NamedTemporaryFile", "os.makedirs",
-           "os.mkdir"}
+           "os.mkdir", "os.symlink", "os.link", "os.truncate", "os.mkfifo", "os.mknod",
+           "shutil.copytree", "urllib.request.urlretrieve", "sqlite3.connect", "os.system",
+           "os.popen", "np.save", "np.savez", "np.savez_compressed", "np.savetxt", "plt.imsave"}
+# methods that make or change a file by name whatever their owner is called
+WRITE_METHODS = {"mkdir", "makedirs", "touch", "symlink_to", "hardlink_to", "rename", "tofile",
+                 "savez", "savez_compressed", "savetxt", "imsave"}
 READERS = {"json.load", "yaml.load", "yaml.safe_load", "yaml.full_load", "yaml.unsafe_load",
            "yaml.load_all", "yaml.safe_load_all", "pickle.load", "pickle.loads", "csv.reader",
            "csv.DictReader", "np.load", "numpy.load", "pd.read_csv", "pd.read_json",
-           "pd.read_pickle", "pandas.read_csv", "pandas.read_json", "pandas.read_pickle"}
+           "pd.read_pickle", "pandas.read_csv", "pandas.read_json", "pandas.read_pickle",
+           "yaml.compose", "yaml.compose_all", "yaml.parse", "yaml.scan", "tomllib.load",
+           "tomllib.loads", "marshal.load", "marshal.loads", "np.fromfile", "np.loadtxt",
+           "np.genfromtxt", "np.memmap", "PIL.Image.open", "Image.open"}
+# a name imported from one of these modules is read as ``module.name`` (``from json import
+# load`` is ``json.load``; ``import numpy as xp`` makes ``xp.load`` ``np.load``)
+CANONICAL = {"numpy": "np", "pandas": "pd", "matplotlib.pyplot": "plt"}
+RESOLVED = {"os", "os.path", "io", "json", "yaml", "pickle", "csv", "shutil", "tempfile", "gzip",
+            "tarfile", "bz2", "lzma", "codecs", "zipfile", "numpy", "pandas", "subprocess",
+            "logging", "marshal", "tomllib", "builtins", "sqlite3", "urllib.request", "PIL",
+            "matplotlib.pyplot"}
+OPENERS = {"open", "io.open", "os.open", "builtins.open", "os.fdopen", "pathlib.Path.open"}
+LOG_CALLS = {"debug", "info", "warning", "error", "critical", "exception", "log"}
 RECORD_FIELDS = {"host", "hostname", "reason", "reasons", "error", "group", "note", "msg",
                  "message", "device", "item", "detail", "details"}
 SANITIZERS = {"line", "clip", "brief", "one_line", "shown", "printable", "shorten"}
@@ -87,16 +104,46 @@ def dotted(node: ast.AST) -> str:
     return ""
 
 
-def _mode(call: ast.Call, position: int) -> str | None:
+_UNKNOWN = "?w"  # a mode that is not a literal: it may write, so it is read as writing
+
+
+def _mode(call: ast.Call, position: int | None) -> str | None:
+    """The literal mode of an ``open``-like call, None if none is given, :data:`_UNKNOWN` if
+    one is given that is not a literal (``open(p, mode)``). ``position`` None: keyword only."""
     for keyword in call.keywords:
-        if keyword.arg == "mode" and isinstance(keyword.value, ast.Constant):
-            return str(keyword.value.value)
-    given = call.args[position] if len(call.args) > position else None
-    return str(given.value) if isinstance(given, ast.Constant) else None
+        if keyword.arg == "mode":
+            value = keyword.value
+            return str(value.value) if isinstance(value, ast.Constant) else _UNKNOWN
+    given = call.args[position] if position is not None and len(call.args) > position else None
+    if given is None:
+        return None
+    return str(given.value) if isinstance(given, ast.Constant) else _UNKNOWN
 
 
 def _writes(mode: str | None) -> bool:
     return mode is not None and any(c in mode for c in "wax+")
+
+
+def imported_names(tree: ast.AST) -> dict[str, str]:
+    """Local names bound by imports of :data:`RESOLVED` modules, to their dotted names."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in RESOLVED and not node.level:
+            module = CANONICAL.get(node.module, node.module)
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                names[alias.asname or alias.name] = CANONICAL.get(full, f"{module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name in RESOLVED:
+                    names[alias.asname] = CANONICAL.get(alias.name, alias.name)
+    return names
+
+
+def module_constants(tree: ast.Module) -> dict[str, ast.expr]:
+    """Module-level ``NAME = expression``: what ``os.open(p, NAME)`` stands for."""
+    return {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+            for target in node.targets if isinstance(target, ast.Name)}
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -105,8 +152,12 @@ def _names(node: ast.AST) -> set[str]:
 
 
 class _Visitor(ast.NodeVisitor):
-    def __init__(self, path: str, lines: list[str]) -> None:
+    def __init__(self, path: str, lines: list[str], imports: dict[str, str] | None = None,
+                 constants: dict[str, ast.expr] | None = None) -> None:
         self.path = path
+        self.imports = imports or {}
+        self.constants = constants or {}
+        self.called: set[int] = set()  # ids of the nodes that are some call's callee
         self.lines = lines
         self.found: list[Finding] = []
         self.functions: list[str] = ["<module>"]
@@ -155,8 +206,29 @@ class _Visitor(ast.NodeVisitor):
     visit_With = _with
     visit_AsyncWith = _with
 
+    def _resolved(self, node: ast.AST) -> str:
+        name = dotted(node)
+        head, dot, rest = name.partition(".")
+        return self.imports[head] + dot + rest if head in self.imports else name
+
+    def _as_value(self, node: ast.Name | ast.Attribute) -> None:
+        """``open`` not called but passed on (``o = open``, ``partial(open, mode="w")``)."""
+        passed = isinstance(node.ctx, ast.Load) and id(node) not in self.called
+        if passed and self._resolved(node) in OPENERS:
+            self._flag("write", node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        self._as_value(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self._as_value(node)
+        self.generic_visit(node)
+
     def visit_Call(self, node: ast.Call) -> None:
-        name = dotted(node.func)
+        self.called.add(id(node.func))
+        name = self._resolved(node.func)
+        if name.startswith("builtins."):
+            name = name.removeprefix("builtins.")
         attr = node.func.attr if isinstance(node.func, ast.Attribute) else name
         self._write_rules(node, name, attr)
         self._read_rules(node, name, attr)
@@ -170,9 +242,28 @@ class _Visitor(ast.NodeVisitor):
                                         for v in into)
             flagged = _writes(_mode(node, 1)) and not placed
         elif attr == "open" and name != "os.open" and not name.startswith("safefs."):
-            flagged = _writes(_mode(node, 0))  # Path.open(mode)
+            # Path.open(mode); Image.open(path) has no mode, so a name first is not one
+            first = node.args[0] if node.args else None
+            flagged = _writes(_mode(node, 0 if isinstance(first, ast.Constant) else None))
         elif name == "os.open":
-            flagged = len(node.args) > 1 and bool(_names(node.args[1]) & WRITE_FLAGS)
+            flags = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "flags"), None)
+            names = _names(flags) if flags is not None else set()
+            if flags is not None:  # getattr(os, "O_CLOEXEC", 0): the name is the string
+                names |= {n.value for n in ast.walk(flags) if isinstance(n, ast.Constant)
+                          and isinstance(n.value, str)}
+                names -= {"getattr"}
+            for constant in names & self.constants.keys():  # os.open(p, _READ_FLAGS)
+                names = (names - {constant}) | _names(self.constants[constant])
+            # flags held in a variable may hold anything: only literal O_ names pass
+            flagged = bool(names & WRITE_FLAGS) or any(
+                n != "os" and not n.startswith("O_") for n in names)
+        elif name.startswith("subprocess.") and any(
+                k.arg == "shell" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                for k in node.keywords):
+            flagged = True  # a shell can redirect into any name (``>``)
+        elif attr == "replace" and len(node.args) == 1 and not node.keywords:
+            flagged = True  # Path.replace(target); str.replace takes two
         elif attr in ("write_text", "write_bytes"):
             flagged = not name.startswith("safefs.")
         elif attr in ("to_csv", "to_json", "to_pickle"):
@@ -184,7 +275,7 @@ class _Visitor(ast.NodeVisitor):
                 target = target.args[0]
             flagged = not (isinstance(target, ast.Name) and target.id in self.placed[-1])
         else:
-            flagged = attr in ("mkdir", "makedirs") or name in PLACING
+            flagged = attr in WRITE_METHODS or name in PLACING
         if flagged:
             self._flag("write", node)
 
@@ -193,8 +284,11 @@ class _Visitor(ast.NodeVisitor):
             self._flag("read", node)
 
     def _print_rules(self, node: ast.Call, name: str, attr: str) -> None:
-        printing = (name == "print" or name in ("sys.stdout.write", "sys.stderr.write")
-                    or attr in ("fail_json", "warn"))
+        owner = name.rsplit(".", 1)[0].rsplit(".", 1)[-1].lower() if "." in name else ""
+        printing = (name == "print" or name in ("sys.stdout.write", "sys.stderr.write",
+                                                "click.echo", "click.secho")
+                    or attr in ("fail_json", "warn")
+                    or (attr in LOG_CALLS and ("log" in owner or name.startswith("logging."))))
         if not printing:
             return
         values = list(node.args) + [k.value for k in node.keywords
@@ -233,8 +327,10 @@ def scan(root: Path) -> list[Finding]:
     for path in python_files(root):
         relative = path.relative_to(root).as_posix()
         text = path.read_text(encoding="utf-8")
-        visitor = _Visitor(relative, text.splitlines())
-        visitor.visit(ast.parse(text, filename=relative))
+        tree = ast.parse(text, filename=relative)
+        visitor = _Visitor(relative, text.splitlines(), imported_names(tree),
+                           module_constants(tree))
+        visitor.visit(tree)
         found += [f for f in visitor.found if relative not in CHOKE_POINTS[f.rule]]
     return found
 

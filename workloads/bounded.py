@@ -74,6 +74,12 @@ CSV_MAX_BYTES = 32 << 20  # a GPU monitor CSV: ~80 bytes a row, 8 GPUs at 1 Hz f
 CSV_ROWS_MAX = 400_000  # that many rows
 CSV_COLUMNS_MAX = 64  # the monitor writes 10
 CSV_CELL_MAX = 256  # a timestamp or a GPU name; numbers are held to NUMBER_CHARS_MAX
+# An image's declared size, checked before a pixel is decoded: 4096 x 4096. Pillow keeps
+# four bytes a pixel (64 MiB), its RGB copy as many, the NumPy array three (48 MiB): the
+# 256 MiB a hostile input may cost. Pillow's own guard (89 M pixels) only warns below
+# twice that, where a 165 KB PNG decodes to 1.8 GB.
+IMAGE_PIXELS_MAX = 4096 * 4096
+IMAGE_MAX_BYTES = 64 << 20  # a 4096 x 4096 RGB PNG of noise is 48 MiB
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -127,6 +133,15 @@ def read_capped(path: Path, limit: int) -> bytes:
 def read_head(path: Path, size: int) -> bytes:
     """The first ``size`` bytes (or fewer) of the regular file ``path``, for a signature check."""
     with open(open_untrusted(path), "rb", buffering=0, closefd=True) as handle:
+        return read_at_most_prefix(handle, size)
+
+
+def read_tail(path: Path, size: int) -> bytes:
+    """The last ``size`` bytes (or fewer) of the regular file ``path``: a log's end, whatever
+    its length (a run's log may be gigabytes; its last error line is in the tail)."""
+    with open(open_untrusted(path), "rb", buffering=0, closefd=True) as handle:
+        end = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, end - size))
         return read_at_most_prefix(handle, size)
 
 
@@ -494,6 +509,39 @@ def loads_yaml(text: str, limit: int = SPEC_MAX_BYTES) -> Any:
         raise BadInput(f"is not valid YAML{where} ({what})") from None
     except (RecursionError, ValueError, TypeError) as exc:
         raise BadInput(f"is not valid YAML ({type(exc).__name__}: {clip(str(exc), 40)})") from None
+
+
+def open_image(path: Path, pixels_max: int = IMAGE_PIXELS_MAX,
+               limit: int = IMAGE_MAX_BYTES) -> Any:
+    """The image at ``path`` (:func:`read_capped`), opened by Pillow, no pixel decoded yet.
+
+    Its header's width times height is checked against ``pixels_max`` here, so the
+    caller's ``load``/``convert``/``thumbnail`` decodes at most that many pixels.
+    """
+    return image_from_bytes(read_capped(path, limit), pixels_max)
+
+
+def image_from_bytes(raw: bytes, pixels_max: int = IMAGE_PIXELS_MAX) -> Any:
+    """:func:`open_image` of bytes already read (capped); every refusal is :class:`BadInput`."""
+    import warnings
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # checked below
+            image = Image.open(io.BytesIO(raw))
+    except Image.DecompressionBombError:
+        raise BadInput(f"declares more than {pixels_max} pixels") from None
+    except UnidentifiedImageError:
+        raise BadInput("is not an image Pillow can read") from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise BadInput(f"is a damaged image ({brief(str(exc), 60)})") from None
+    width, height = image.size
+    if width * height > pixels_max:
+        image.close()
+        raise BadInput(f"is {width}x{height} pixels, over the {pixels_max} this reader decodes")
+    return image
 
 
 def read_yaml(path: Path, limit: int = SPEC_MAX_BYTES) -> Any:

@@ -46,6 +46,7 @@ import base64
 import binascii
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -58,6 +59,9 @@ from ansible.errors import AnsibleFilterError
 
 INPUT_MAX_BYTES = 1 << 20  # a vendor's key file is a few kB; keyserver copies with many
 # third-party signatures reach a few hundred kB
+# gpg's address space: a vendor's key needs under 10 MiB; a compressed packet of 200 kB
+# that inflates to many user IDs took 427 MiB (and the whole deadline) without this cap.
+GPG_MEMORY_MAX = 256 << 20
 GPG_DEADLINE_S = 60.0  # all gpg runs of one call together; 1 MiB of keys takes gpg ~20 s
 LINE_MAX = 200  # every problem, note and summary: one line of at most this many characters
 FOUND_MAX = 10  # primary fingerprints kept in `found`
@@ -97,8 +101,14 @@ def line(text: str, limit: int = LINE_MAX) -> str:
 # --- GnuPG in a throwaway home --------------------------------------------------------------
 
 
+def _limit_memory() -> None:
+    """In the gpg child: cap its address space (a controller that cannot set it runs on)."""
+    with suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_AS, (GPG_MEMORY_MAX, GPG_MEMORY_MAX))
+
+
 class Gpg:
-    """gpg with its own temporary home; every run shares one deadline."""
+    """gpg with its own temporary home; every run shares one deadline and a memory cap."""
 
     def __init__(self, home: str, deadline: float) -> None:
         self.home = home
@@ -112,9 +122,9 @@ class Gpg:
         environment = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C",
                        "GNUPGHOME": self.home}
         try:
-            return subprocess.run(["gpg", "--homedir", self.home, *GPG_OPTIONS, *args],
-                                  input=data, capture_output=True, env=environment,
-                                  timeout=left, check=False)
+            result = subprocess.run(["gpg", "--homedir", self.home, *GPG_OPTIONS, *args],
+                                    input=data, capture_output=True, env=environment,
+                                    timeout=left, check=False, preexec_fn=_limit_memory)
         except subprocess.TimeoutExpired as exc:
             raise Refused(f"took GnuPG more than {GPG_DEADLINE_S:.0f} s to read (a vendor's "
                           "key file takes well under a second)") from exc
@@ -123,6 +133,11 @@ class Gpg:
                 raise ControllerProblem(MISSING_GPG) from exc
             raise ControllerProblem(line(f"gpg could not be run on the Ansible controller "
                                          f"({exc.strerror or exc})")) from exc
+        if b"out of core" in result.stderr or result.returncode < 0:  # < 0: its signal
+            raise Refused(f"needs more than {GPG_MEMORY_MAX >> 20} MiB for GnuPG to read (a "
+                          "vendor's key needs under 10 MiB; a compressed packet that inflates "
+                          "to many packets does this)")
+        return result
 
 
 @contextmanager
@@ -332,6 +347,9 @@ def pinned_keyring(key: str | bytes, pinned: str) -> tuple[str, list[str], str, 
         raise Refused(f"is {len(key)} bytes, more than the {INPUT_MAX_BYTES} a key file is "
                       "given (a vendor's key: a few kB)")
     data = _input_bytes(key)
+    if len(data) > INPUT_MAX_BYTES:  # the characters of text were counted above, not bytes
+        raise Refused(f"is {len(data)} bytes, more than the {INPUT_MAX_BYTES} a key file is "
+                      "given (a vendor's key: a few kB)")
     deadline = time.monotonic() + GPG_DEADLINE_S
     with gnupg_home(deadline) as gpg:
         keys = _primary_keys(gpg, data)

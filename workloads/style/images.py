@@ -12,8 +12,9 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
+from workloads import bounded
 from workloads.errors import WorkloadError
 from workloads.records import atomic_write_bytes
 
@@ -38,19 +39,15 @@ def load_rgb(path: Path, role: str) -> np.ndarray:
     if not path.exists():
         raise WorkloadError(f"{role} image {path} does not exist", "check the path")
     try:
-        with Image.open(path) as image:
+        with bounded.open_image(path) as image:  # its pixel count checked before decoding
             image.load()
             rgb = image.convert("RGB")
-    except Image.DecompressionBombError as exc:
+    except bounded.BadInput as exc:
         raise WorkloadError(
-            f"{role} image {path} has more pixels than Pillow decodes safely ({exc})",
-            "scale it down first; the output width is set with --width",
-        ) from exc
-    except UnidentifiedImageError as exc:
-        raise WorkloadError(
-            f"{role} image {path} is not an image Pillow can read",
-            "give a PNG or JPEG file",
-        ) from exc
+            f"{role} image {path} {exc}",
+            "scale it down first (--width sets the output's)" if "pixels" in str(exc)
+            else "give a PNG or JPEG file",
+        ) from None
     except (OSError, SyntaxError, ValueError) as exc:  # directory, permissions, truncated file
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise WorkloadError(

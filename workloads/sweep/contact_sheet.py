@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workloads import safefs
+from workloads import bounded, safefs
 from workloads.sweep.expand import format_value
 from workloads.sweep.results import SweepView
 
@@ -32,7 +32,6 @@ def render_contact_sheet(view: SweepView, path: Path, subtitle: str = "") -> Pat
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from PIL import Image
 
     rows = view.varied
     cols = max(len(view.values[name]) for name in rows)
@@ -61,12 +60,12 @@ def render_contact_sheet(view: SweepView, path: Path, subtitle: str = "") -> Pat
             for spine in ax.spines.values():
                 spine.set_color(CENTER_COLOUR if centre else "#bbbbbb")
                 spine.set_linewidth(2 if centre else 0.5)
-            if run is not None and run.image is not None:
-                with Image.open(run.image) as img:
-                    img.thumbnail((THUMBNAIL_PX, THUMBNAIL_PX))
-                    ax.imshow(img.convert("RGB"))
+            thumbnail = _thumbnail(run.image) if run is not None and run.image else None
+            if thumbnail is not None:
+                ax.imshow(thumbnail)
             else:
-                text = "not run" if run is None else f"failed\n{run.failure or ''}"
+                text = ("not run" if run is None else "image refused" if run.image
+                        else f"failed\n{run.failure or ''}")
                 ax.set_facecolor("#eeeeee")
                 ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=7,
                         color="#b00000" if run is not None else "#777777",
@@ -85,12 +84,23 @@ def render_contact_sheet(view: SweepView, path: Path, subtitle: str = "") -> Pat
     return path
 
 
-def _aspect(view: SweepView) -> Any:
-    """Height/width of the results' images (the first one found), for cell shapes."""
-    from PIL import Image
+def _thumbnail(path: Path) -> Any:
+    """A run's image shrunk to a cell, or None if the reader refuses it (over its caps)."""
+    try:
+        with bounded.open_image(path) as img:  # pixel count checked before decoding
+            img.thumbnail((THUMBNAIL_PX, THUMBNAIL_PX))
+            return img.convert("RGB")
+    except (bounded.BadInput, OSError):
+        return None
 
+
+def _aspect(view: SweepView) -> Any:
+    """Height/width of the results' images (the first one read), for cell shapes."""
     for run in view.runs:
         if run.image is not None:
-            with Image.open(run.image) as img:
-                return img.height / img.width
+            try:
+                with bounded.open_image(run.image) as img:  # only the header is read
+                    return img.height / img.width
+            except (bounded.BadInput, OSError):
+                continue
     return 1.0

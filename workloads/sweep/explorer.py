@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from workloads import bounded
 from workloads.records import atomic_write_bytes
 from workloads.sweep.expand import format_value
 from workloads.sweep.progress import format_duration
@@ -27,12 +28,18 @@ EMBED_PX = 384  # images wider than this are embedded as thumbnails of this widt
 HISTORY_POINTS = 200  # loss-history points per term kept for the plot
 
 
-def image_data_uri(path: Path) -> str:
-    """The image as a data URI: unchanged when small, else a JPEG thumbnail."""
-    from PIL import Image
+def image_data_uri(path: Path) -> str | None:
+    """The image as a data URI: unchanged when small, else a JPEG thumbnail; None if refused.
 
-    raw = path.read_bytes()
-    with Image.open(io.BytesIO(raw)) as img:
+    Read by :mod:`workloads.bounded` (no link followed, size and pixel count capped
+    before a pixel is decoded): a run's image is whatever the run's process left.
+    """
+    try:
+        raw = bounded.read_capped(path, bounded.IMAGE_MAX_BYTES)
+        img = bounded.image_from_bytes(raw)
+    except (bounded.BadInput, OSError):
+        return None
+    with img:
         if img.width <= EMBED_PX and img.format in ("PNG", "JPEG"):
             mime = "image/png" if img.format == "PNG" else "image/jpeg"
             return f"data:{mime};base64,{base64.b64encode(raw).decode()}"

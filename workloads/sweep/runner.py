@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from workloads import bounded
 from workloads.bounded import BadInput, read_json
 from workloads.errors import OutOfMemory, WorkloadError
 from workloads.safefs import open_file
@@ -303,12 +304,20 @@ def _classify(code: int, log: Path) -> tuple[str, str]:
     return "error", last or f"exit status {code}"
 
 
+LOG_TAIL_BYTES = 64 << 10  # where a run's last error line is: its log's end, not all of it
+
+
 def _last_error_line(log: Path) -> str | None:
-    """The workload's ``... error: ...`` line, else the last line (a traceback's end)."""
+    """The workload's ``... error: ...`` line, else the last line (a traceback's end).
+
+    Only the log's last :data:`LOG_TAIL_BYTES` are read (:func:`bounded.read_tail`): a
+    run that printed gigabytes costs the runner no more than one that printed a page.
+    """
     try:
-        lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
-    except OSError:
+        tail = bounded.read_tail(log, LOG_TAIL_BYTES).decode("utf-8", "replace")
+    except (OSError, bounded.BadInput):
         return None
+    lines = [line.strip() for line in tail.splitlines()]
     lines = [line for line in lines if line and not line.startswith("$ ")]
     for line in reversed(lines):
         if ": error: " in line:

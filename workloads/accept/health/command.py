@@ -240,9 +240,9 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
                 print(f"{f.verdict.upper():5} {printable.line(f.device):>14}  "
                       f"{printable.line(f.item):<14} {printable.line(f.reason, 400)}")
         print(f"{verdict.upper()}: {len(failures)} failing, {done.seconds:.1f} s"
-              f" ({done.scan.source})")
-        if action:
-            print(f"slurm: {action}")
+              f" ({printable.line(done.scan.source, 400)})")
+        if action:  # it quotes the reason another operator drained the node with
+            print(f"slurm: {printable.line(action, 600)}")
     sys.stdout.flush()
     if node is not None:
         return 0

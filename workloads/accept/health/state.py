@@ -36,6 +36,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -124,7 +125,9 @@ def load(path: Path) -> State:
     """The state at ``path``; a fresh one when there is none or it cannot be used."""
     with _directory(path) as dir_fd:
         try:
-            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            # O_NONBLOCK: a FIFO at the name is opened at once (and refused below), not waited on
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=dir_fd)
         except FileNotFoundError:
             return State()
         except OSError as exc:
@@ -132,6 +135,9 @@ def load(path: Path) -> State:
                                     "remove it and run again") from None
         with os.fdopen(fd, "rb") as stream:
             info = os.fstat(stream.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise safefs.UnsafePath(path, "is not a regular file (a FIFO, socket or device)",
+                                        "remove it (after checking who put it there)")
             if info.st_uid != os.geteuid() or info.st_nlink != 1:
                 raise safefs.UnsafePath(path, f"is owned by uid {info.st_uid} or hard-linked",
                                         "remove it (after checking who put it there)")
