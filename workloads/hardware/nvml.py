@@ -144,8 +144,12 @@ def open_nvml(nvml: Any = None) -> Any | None:
     return nvml
 
 
-def _read(nvml: Any, func_name: str, *args: Any) -> Any:
-    """One NVML query; unsupported, missing or failing reads give None."""
+def read_or_none(nvml: Any, func_name: str, *args: Any) -> Any:
+    """One NVML query; unsupported, missing or failing reads give None.
+
+    NotSupported, NoPermission, GpuIsLost and a symbol an older driver lacks all read as
+    "not answered": each caller decides what a missing answer means (fail closed or info).
+    """
     func: Callable[..., Any] | None = getattr(nvml, func_name, None)
     if func is None:
         return None
@@ -153,6 +157,9 @@ def _read(nvml: Any, func_name: str, *args: Any) -> Any:
         return func(*args)
     except Exception:
         return None
+
+
+_read = read_or_none
 
 
 def _text(value: Any) -> str:

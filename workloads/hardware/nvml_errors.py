@@ -18,6 +18,8 @@ from typing import Any
 
 import pynvml
 
+from workloads.hardware.nvml import read_or_none as _read
+
 # Our names for the counters, each with the pynvml constant that selects it.
 COUNTERS = (
     ("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
@@ -49,14 +51,6 @@ class GpuErrors:
     pcie_replays: int | None
 
 
-def _read(nvml: Any, func_name: str, *args: Any) -> Any:
-    func = getattr(nvml, func_name, None)
-    if func is None:
-        return None
-    try:
-        return func(*args)
-    except Exception:  # NVMLError_NotSupported, NoPermission, GpuIsLost ...
-        return None
 
 
 def sysfs_bdf(bus_id: object) -> str | None:

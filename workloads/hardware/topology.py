@@ -35,6 +35,7 @@ from typing import Any
 import pynvml
 
 from workloads.hardware.nvml import nvlink_version, nvlink_version_text
+from workloads.hardware.nvml import read_or_none as _read
 from workloads.hardware.nvml_errors import sysfs_bdf
 
 GPU, SWITCH, CPU, UNSEEN = "GPU", "NVSwitch", "CPU", "unseen"
@@ -166,14 +167,6 @@ def _lowest(links: list[Link]) -> int | None:
     return ordered[0][1] if ordered else None
 
 
-def _read(nvml: Any, name: str, *args: Any) -> Any:
-    func = getattr(nvml, name, None)
-    if func is None:
-        return None
-    try:
-        return func(*args)
-    except Exception:  # NVMLError_NotSupported, NoPermission, a missing symbol
-        return None
 
 
 def _bus(pci: Any) -> str | None:

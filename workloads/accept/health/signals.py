@@ -28,6 +28,7 @@ from typing import Any
 import pynvml
 
 from workloads.accept.verdicts import FAIL, PASS, WARN, Finding
+from workloads.hardware.nvml import read_or_none as _read
 
 CHECK = "health"
 
@@ -68,14 +69,6 @@ class Signals:
     pcie_max_generation: int | None
 
 
-def _read(nvml: Any, name: str, *args: Any) -> Any:
-    func = getattr(nvml, name, None)
-    if func is None:
-        return None
-    try:
-        return func(*args)
-    except Exception:  # NotSupported, NoPermission, GpuIsLost: not answered
-        return None
 
 
 def read(nvml: Any, index: int) -> Signals:
