@@ -55,7 +55,8 @@ def numbers_standing_for_nvml_values(source: str) -> list[str]:
         if isinstance(node, ast.Call):
             name = _name(node.func)
             args = list(node.args)
-            if name in ("_read", "read_or_none") and len(args) >= 2 and isinstance(args[1], ast.Constant):
+            reader = name in ("_read", "read_or_none")
+            if reader and len(args) >= 2 and isinstance(args[1], ast.Constant):
                 args = args[3:]  # _read(nvml, "nvmlX", handle, *the query's own args)
             elif not name.startswith("nvml"):
                 continue
