@@ -34,6 +34,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import stat
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -298,9 +299,20 @@ def _stop_on_timeout(container: Any, flag: threading.Event) -> None:
 
 
 def _ensure_results_dir(path: Path) -> None:
-    """Create the results directory as the calling user (not as root via the engine)."""
+    """Create the results directory as the calling user (not as root via the engine).
+
+    A directory that is already there (itself, not a link to one) is only mounted: the
+    container's user (``--user``) writes into it and may own it, as a user who made it for
+    their run does. Whatever the host side writes there goes through safefs, which checks
+    the directory again for that write. A missing one is made one component at a time.
+    """
     try:
-        safefs.ensure_directory(path)  # one component at a time, each checked
+        there = stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        there = False
+    try:
+        if not there:
+            safefs.ensure_directory(path)  # one component at a time, each checked
     except safefs.UnsafePath as exc:
         raise WorkloadError(
             f"cannot create the results directory {exc.path} ({exc.reason})",
