@@ -90,6 +90,7 @@ def run_playbook(
     playbook: str = "site.yml",
     vault: Path | None = VAULT,
     timeout: float = 2400,
+    search_path: str | None = None,
 ) -> PlaybookRun:
     """Run `ansible-playbook` from ansible/ with the vault password example and extra vars files."""
     args = [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, "-v"]
@@ -104,7 +105,9 @@ def run_playbook(
         "ANSIBLE_LOG_PATH": str(log_path),
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
-        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        # a test that wants another PATH for the play names it here, never in os.environ:
+        # the background jobs' children read os.environ while a foreground test runs
+        "PATH": f"{BIN}:{os.environ.get('PATH', '') if search_path is None else search_path}",
     }
     started = time.monotonic()
     result = subprocess.run(args, cwd=ANSIBLE_DIR, env=env, capture_output=True, text=True,
@@ -115,7 +118,8 @@ def run_playbook(
 
 
 def run_local_play(workdir: Path, play: list[dict[str, object]],
-                   hosts: Mapping[str, Mapping[str, object]] | None = None) -> PlaybookRun:
+                   hosts: Mapping[str, Mapping[str, object]] | None = None,
+                   search_path: str | None = None) -> PlaybookRun:
     """Run `play` (a playbook's plays) against this machine, with the suite's Python.
 
     For tests that drive one role's tasks (`include_role ... tasks_from`) against
@@ -130,4 +134,5 @@ def run_local_play(workdir: Path, play: list[dict[str, object]],
     every = hosts or {"localhost": {}}
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {
         name: {**local, **host_vars} for name, host_vars in every.items()}}}))
-    return run_playbook(inventory, [], workdir / "play.log", playbook=str(playbook), vault=None)
+    return run_playbook(inventory, [], workdir / "play.log", playbook=str(playbook), vault=None,
+                        search_path=search_path)

@@ -246,8 +246,8 @@ def test_the_roles_messages_are_one_line_each(keys: Keys, tmp_path: Path,
         play = _role_play(base_url, keys.pinned)
         run = run_local_play(tmp_path / "keys", play, hosts={
             name: {"key_file": file} for name, file in cases.items()})
-        monkeypatch.setenv("PATH", str(tmp_path / "no-gpg"))
-        bare = run_local_play(tmp_path / "bare", play, hosts={"bare": {"key_file": "other.asc"}})
+        bare = run_local_play(tmp_path / "bare", play, hosts={"bare": {"key_file": "other.asc"}},
+                              search_path=str(tmp_path / "no-gpg"))
     assert run.returncode != 0
     flat = " ".join(run.output.split())
     assert (f"Refusing the stand-in repository: the key at {base_url}/other.asc has fingerprint "
@@ -262,7 +262,7 @@ def test_the_roles_messages_are_one_line_each(keys: Keys, tmp_path: Path,
 
 def test_no_gpg_on_the_controller_is_one_line(keys: Keys, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(openpgp, "subprocess", NoGpg())  # this module's view only
     result = pinned_keyring(keys.armored, keys.pinned)
     assert not result["ok"] and result["keyring"] == "" and result["problem"] == ""
     assert result["controller_problem"] == openpgp.MISSING_GPG
@@ -533,3 +533,19 @@ def test_a_reduction_gpg_does_not_read_back_is_refused(keys: Keys,
     monkeypatch.setattr(openpgp, "_strip_unhashed", breaking)
     assert "did not read back unchanged" in assert_refused(
         pinned_keyring(keys.armored, keys.pinned))
+
+
+class NoGpg:
+    """``subprocess`` as the filter sees it on a controller without GnuPG: no program found.
+
+    Patched into the filter's module alone: a PATH changed in os.environ would reach the
+    children that the suite's background jobs start meanwhile.
+    """
+
+    CompletedProcess = subprocess.CompletedProcess
+    TimeoutExpired = subprocess.TimeoutExpired
+    PIPE = subprocess.PIPE
+    DEVNULL = subprocess.DEVNULL
+
+    def run(self, args: list[str], *_: object, **__: object) -> subprocess.CompletedProcess[bytes]:
+        raise FileNotFoundError(2, "No such file or directory", args[0])

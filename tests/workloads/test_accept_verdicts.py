@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pynvml
 import pytest
@@ -403,7 +404,9 @@ def test_dcgmi_without_a_host_engine_warns_with_the_fix(tmp_path: Path) -> None:
 
 
 def test_no_dcgm_is_a_skip_not_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
+    # no dcgmi, in dcgm's own view only: a PATH set in os.environ would reach the children
+    # that the suite's background jobs start meanwhile
+    monkeypatch.setattr(dcgm, "shutil", SimpleNamespace(which=lambda *_a, **_k: None))
     [finding] = dcgm.run_diag(1)
     assert finding.verdict == SKIP and "DCGM not installed" in finding.reason
 

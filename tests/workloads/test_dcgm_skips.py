@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -76,7 +77,9 @@ def test_a_level_3_run_whose_stress_tests_were_skipped_does_not_pass() -> None:
 def test_without_dcgm_the_deep_levels_say_they_ran_without_it(
     level: int, verdict: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))  # no dcgmi anywhere
+    # no dcgmi, in dcgm's own view only: a PATH set in os.environ would reach the children
+    # that the suite's background jobs start meanwhile
+    monkeypatch.setattr(dcgm, "shutil", SimpleNamespace(which=lambda *_a, **_k: None))
     [finding] = dcgm.run_diag(level)
     assert finding.verdict == verdict
     if verdict == WARN:

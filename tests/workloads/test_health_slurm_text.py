@@ -23,7 +23,7 @@ import pytest
 from tests.workloads import kernel_log_fixture as klog
 from tests.workloads.conftest import REPO
 from tests.workloads.test_health import gpus, node  # noqa: F401  (node: the fixture)
-from workloads.accept.health import command
+from workloads.accept.health import command, slurm
 from workloads.cli import build_parser
 
 REASONS = ["\x1b[2J\x1b[31mdisk\x07 full", "a\rb", "x\x9b31m", "one\u2028two\u2029three",
@@ -47,7 +47,10 @@ def _scontrol(directory: Path, reason: str) -> None:
 def test_another_operators_drain_reason_is_printed_as_a_line(
         node: dict[str, Path], monkeypatch: pytest.MonkeyPatch, reason: str) -> None:  # noqa: F811
     _scontrol(node["tmp"] / "bin", reason)
-    monkeypatch.setenv("PATH", f"{node['tmp'] / 'bin'}:/usr/bin:/bin")
+    # the stand-in scontrol, in the health check's own view only: a PATH set in os.environ
+    # would reach the children that the suite's background jobs start meanwhile
+    stand_in = str(node["tmp"] / "bin" / "scontrol")
+    monkeypatch.setattr(slurm, "scontrol", lambda: stand_in)
     parsed = build_parser().parse_args([
         "health", "--slurm", "--node", "gpu01", "--kernel-log", str(node["log"]),
         "--sysfs-pci", str(node["sysfs"]), "--state", str(node["state"])])
