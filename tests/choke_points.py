@@ -26,7 +26,11 @@ print (only ``workloads/printable.py`` makes record text printable)
     (``record["host"]``), a ``.get("reason")``, or an attribute named as a record's
     fields are (:data:`RECORD_FIELDS`: ``host``, ``reason``, ``error``, ``device``, ...),
     not wrapped in a call that makes it printable (``printable.line``, ``clip``,
-    ``brief``, ``one_line``, ``shown``).
+    ``brief``, ``one_line``, ``shown``, ``json.dumps`` with its default ``ensure_ascii``);
+    a local name bound from such a field (``host = record["host"]``, ``for reason in
+    f.reasons``, ``label = f"{host}:"``) holds it too. rich's ``Console.print`` and a
+    table's ``add_row``/``add_column`` print as well (rich passes ESC through and reads
+    ``[...]`` in a string as markup).
 
 A finding is ``(path, rule, function, line, source)``; the allow-list in the test
 names ``(path, rule, function)``, so a line moving does not break it.
@@ -75,7 +79,7 @@ OPENERS = {"open", "io.open", "os.open", "builtins.open", "os.fdopen", "pathlib.
 LOG_CALLS = {"debug", "info", "warning", "error", "critical", "exception", "log"}
 RECORD_FIELDS = {"host", "hostname", "reason", "reasons", "error", "group", "note", "msg",
                  "message", "device", "item", "detail", "details"}
-SANITIZERS = {"line", "clip", "brief", "one_line", "shown", "printable", "shorten"}
+SANITIZERS = {"line", "clip", "brief", "one_line", "shown", "printable", "shorten", "cell"}
 SCOPES = ("workloads", "scripts", "ansible/filter_plugins", "ansible/library")
 
 
@@ -162,6 +166,7 @@ class _Visitor(ast.NodeVisitor):
         self.found: list[Finding] = []
         self.functions: list[str] = ["<module>"]
         self.placed: list[set[str]] = [set()]  # names a safefs with-block or BytesIO gives
+        self.tainted: list[set[str]] = [set()]  # local names that hold a record field
 
     def _flag(self, rule: str, node: ast.AST) -> None:
         line = getattr(node, "lineno", 0)
@@ -175,7 +180,9 @@ class _Visitor(ast.NodeVisitor):
                   and isinstance(n.value, ast.Call) and dotted(n.value.func).endswith("BytesIO")
                   for t in n.targets if isinstance(t, ast.Name)}
         self.placed.append(self.placed[-1] | memory)
+        self.tainted.append(tainted_names(node, self.tainted[-1]))
         self.generic_visit(node)
+        self.tainted.pop()
         self.placed.pop()
         self.functions.pop()
 
@@ -288,21 +295,57 @@ class _Visitor(ast.NodeVisitor):
         printing = (name == "print" or name in ("sys.stdout.write", "sys.stderr.write",
                                                 "click.echo", "click.secho")
                     or attr in ("fail_json", "warn")
+                    # rich passes ESC through and reads "[...]" as markup
+                    or (attr == "print" and "console" in owner.lower())
+                    or attr in ("add_row", "add_column")
                     or (attr in LOG_CALLS and ("log" in owner or name.startswith("logging."))))
         if not printing:
             return
         values = list(node.args) + [k.value for k in node.keywords
                                     if k.arg not in ("file", "end", "sep", "flush")]
-        if any(_raw_field(value) for value in values):
+        if any(_raw_field(value, self.tainted[-1]) for value in values):
             self._flag("print", node)
 
 
-def _raw_field(node: ast.AST) -> bool:
-    """Does ``node`` hold a record field that no sanitising call wraps?"""
+def _targets(node: ast.AST) -> Iterator[tuple[ast.expr, ast.expr]]:
+    """(target, value) of each binding in ``node``: assignments, loops, walrus, comprehensions."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Assign):
+            for target in sub.targets:
+                yield target, sub.value
+        elif isinstance(sub, ast.AnnAssign | ast.AugAssign | ast.NamedExpr) and sub.value:
+            yield sub.target, sub.value
+        elif isinstance(sub, ast.For | ast.AsyncFor | ast.comprehension):
+            yield sub.target, sub.iter
+
+
+def tainted_names(function: ast.AST, outer: set[str]) -> set[str]:
+    """The local names of ``function`` that hold a record field's text: bound from a raw
+    field (``host = record["host"]``, ``for reason in finding.reasons``) or from another such
+    name (``label = f"{host}:"``), to a fixed point; a name bound from a sanitising call
+    (``host = printable.line(record["host"])``) stays clean."""
+    tainted = set(outer)
+    while True:
+        grown = set(tainted)
+        for target, value in _targets(function):
+            if _raw_field(value, tainted):
+                grown |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        if grown == tainted:
+            return tainted
+        tainted = grown
+
+
+def _raw_field(node: ast.AST, tainted: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
+    """Does ``node`` hold a record field (or a local name holding one) that no sanitising
+    call wraps?"""
+    if isinstance(node, ast.Name) and node.id in tainted:
+        return True
     if isinstance(node, ast.Call):
         callee = dotted(node.func).rsplit(".", 1)[-1]
-        if callee in SANITIZERS:
+        if callee.lstrip("_") in SANITIZERS:
             return False
+        if callee == "dumps" and not any(k.arg == "ensure_ascii" for k in node.keywords):
+            return False  # JSON escapes every control character and (ensure_ascii) all past ~
         if callee == "get" and node.args and isinstance(node.args[0], ast.Constant) \
                 and node.args[0].value in RECORD_FIELDS:
             return True
@@ -311,7 +354,7 @@ def _raw_field(node: ast.AST) -> bool:
         return True
     if isinstance(node, ast.Attribute) and node.attr in RECORD_FIELDS:
         return True
-    return any(_raw_field(child) for child in ast.iter_child_nodes(node))
+    return any(_raw_field(child, tainted) for child in ast.iter_child_nodes(node))
 
 
 def python_files(root: Path) -> Iterator[Path]:

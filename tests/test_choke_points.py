@@ -59,6 +59,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # --- prints of fields that are not from another machine ---------------------------
     ("workloads/check.py", "print", "run"):
         "the device name TensorFlow gives on this host, not a record's",
+    ("workloads/check.py", "print", "_print"):
+        "the GPU names and figures this host's TensorFlow gives, not a record's",
     ("workloads/style/bench.py", "print", "run"):
         "the device and backend this process ran on, not a record's",
     ("workloads/style/command.py", "print", "run"):
@@ -128,6 +130,14 @@ FLAGGED = {
         "module.fail_json(msg=f\"{info.get('msg')}\")", "print('x', h.device, sep='')",
         'logging.info("%s", record["host"])', 'log.warning(record.get("reason"))',
         'logger.error(f"{r.reason}")', "click.echo(h.host)",
+        # through local names, and through rich
+        'def f(record):\n    host = record["host"]\n    print(host)',
+        'def f(record):\n    host = record["host"]\n    label = f"{host}:"\n    print(label)',
+        "def f(finding):\n    for reason in finding.reasons:\n        print(reason)",
+        'def f(r):\n    if (name := r.get("host")):\n        print(name)',
+        "console.print(r.reason)", "Console().print(h.host)", "table.add_row(h.host, 'x')",
+        "table.add_column(r['device'])",
+        "def f(r):\n    text = json.dumps(r['host'], ensure_ascii=False)\n    print(text)",
     ],
 }
 CLEAN = [
@@ -143,6 +153,9 @@ CLEAN = [
     "_R = os.O_RDONLY | os.O_NOFOLLOW\nos.open(p, _R)",
     'text.replace("a", "b")', "subprocess.run(cmd, shell=False)", "webbrowser.open(url)",
     'logging.info("%d runs", len(runs))', "log.info(printable.line(h.host))",
+    'def f(record):\n    host = printable.line(record["host"])\n    print(host)',
+    "def f(record):\n    print(json.dumps(record['host']))", "table.add_row(_cell(h.host))",
+    "console.print(printable.line(r.reason))", "def f(r):\n    n = r['count']\n    print(n)",
 ]
 
 

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from workloads import printable
 from workloads.accept.battery import Outcome
 from workloads.accept.verdicts import FAIL, PASS, SEVERITY, WARN, Finding, worst
+
+# A reason is a sentence or two (a check's figure, its limit and what to do); a kernel log
+# line quoted in one (an XID's process name) is the host's users' text.
+REASON_MAX = 400
+
+
+def _cell(text: object, limit: int = printable.FIELD_MAX) -> Any:
+    """A table cell that shows ``text`` as it is: control characters escaped, no markup."""
+    from rich.text import Text
+
+    return Text(printable.line(text, limit))
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "info": "cyan", "skip": "dim"}
 
@@ -98,14 +110,14 @@ def _table(outcome: Outcome, title: str) -> Any:
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for f in outcome.findings:
         table.add_row(
-            f.check,
-            f.device,
-            f.item,
+            _cell(f.check),
+            _cell(f.device),
+            _cell(f.item),
             _figure_text(f),
             _number(f.limit),
             f"{f.fraction:.0%}" if f.fraction is not None else "-",
             f"[{STYLE[f.verdict]}]{f.verdict}[/]",
-            f.reason,
+            _cell(f.reason, REASON_MAX),
         )
     return table
 
@@ -121,10 +133,11 @@ def _lines(console: Any, outcome: Outcome, title: str) -> None:
         share = f" ({f.fraction:.0%})" if f.fraction is not None else ""
         figure = f"  {_figure_text(f)}{limit}{share}" if f.value is not None else ""
         console.print(
-            f"[{STYLE[f.verdict]}]{f.verdict:<5}[/] {escape(f.check)}  {escape(f.device)}  "
-            f"{escape(f.item)}{escape(figure)}"
+            f"[{STYLE[f.verdict]}]{f.verdict:<5}[/] {escape(printable.line(f.check))}  "
+            f"{escape(printable.line(f.device))}  {escape(printable.line(f.item))}{escape(figure)}"
         )
-        console.print(Padding(Text(f.reason, style="dim"), (0, 0, 0, 6)))
+        reason = Text(printable.line(f.reason, REASON_MAX), style="dim")
+        console.print(Padding(reason, (0, 0, 0, 6)))
 
 
 def p2p_matrix(summary: Finding) -> Any:
@@ -149,7 +162,7 @@ def p2p_matrix(summary: Finding) -> Any:
                   caption=caption or None)
     table.add_column("from \\ to")
     for label in labels:
-        table.add_column(label, justify="right")
+        table.add_column(_cell(label), justify="right")
     for i, source in enumerate(labels):
         cells = []
         for j, _ in enumerate(labels):
@@ -160,5 +173,5 @@ def p2p_matrix(summary: Finding) -> Any:
             style = STYLE.get(details["verdict"][i][j] or "info", "")
             mark = "*" if details["direct"][i][j] is False else ""
             cells.append(f"[{style}]{value:,.0f}{mark}[/]")
-        table.add_row(source, *cells)
+        table.add_row(_cell(source), *cells)
     return table
