@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.support import child_stdin
 
-pytest_plugins = ["pytester", "tests.support.docker_engine", "tests.support.background",
+pytest_plugins = ["tests.support.docker_engine", "tests.support.background",
                   "tests.support.browser"]
 
 INFRA = Path(__file__).parent / "infra"

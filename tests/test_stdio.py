@@ -95,14 +95,3 @@ def test_a_child_left_stdout_non_blocking_and_it_is_repaired() -> None:
         assert not _nonblocking(1)
         assert blocking_stdio() == []
 
-
-def test_no_test_changes_path_for_the_whole_process() -> None:
-    """A PATH set in os.environ reaches every child started meanwhile, the background jobs'
-    too (a play, the private Docker engine): a test gives its child its own environment, or
-    patches the one module's lookup it tests."""
-    process_wide = re.compile(r"""setenv\(\s*["']PATH["']|os\.environ\[\s*["']PATH["']\s*\]\s*=""")
-    found = [f"{path.relative_to(TESTS)}:{number}"
-             for path in TESTS.rglob("*.py")
-             for number, line in enumerate(path.read_text().splitlines(), 1)
-             if process_wide.search(line) and path.name != Path(__file__).name]
-    assert found == []

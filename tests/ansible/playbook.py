@@ -91,16 +91,21 @@ def run_playbook(
     vault: Path | None = VAULT,
     timeout: float = 2400,
     search_path: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> PlaybookRun:
-    """Run `ansible-playbook` from ansible/ with the vault password example and extra vars files."""
+    """Run `ansible-playbook` from ansible/ with the vault password example and extra vars files.
+
+    `env`: variables for this play alone (ANSIBLE_LIBRARY, TMPDIR, a stub's settings), never
+    set in os.environ: the background jobs' children read it while a foreground test runs."""
     args = [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, "-v"]
     if vault is not None:
         args += ["--vault-password-file", str(VAULT_PASSWORD), "-e", f"@{vault}"]
     for path in extra_vars:
         args += ["-e", f"@{path}"]
     args += list(options)
-    env = {
+    environment = {
         **os.environ,
+        **(env or {}),
         "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
         "ANSIBLE_LOG_PATH": str(log_path),
         "ANSIBLE_FORCE_COLOR": "0",
@@ -110,7 +115,7 @@ def run_playbook(
         "PATH": f"{BIN}:{os.environ.get('PATH', '') if search_path is None else search_path}",
     }
     started = time.monotonic()
-    result = subprocess.run(args, cwd=ANSIBLE_DIR, env=env, capture_output=True, text=True,
+    result = subprocess.run(args, cwd=ANSIBLE_DIR, env=environment, capture_output=True, text=True,
                             timeout=timeout, check=False)
     seconds = time.monotonic() - started
     log = log_path.read_text() if log_path.exists() else ""
@@ -119,13 +124,14 @@ def run_playbook(
 
 def run_local_play(workdir: Path, play: list[dict[str, object]],
                    hosts: Mapping[str, Mapping[str, object]] | None = None,
-                   search_path: str | None = None) -> PlaybookRun:
+                   search_path: str | None = None,
+                   env: Mapping[str, str] | None = None) -> PlaybookRun:
     """Run `play` (a playbook's plays) against this machine, with the suite's Python.
 
     For tests that drive one role's tasks (`include_role ... tasks_from`) against
     stubs on PATH: no container, no vault, the role path of ansible/ansible.cfg.
     `hosts` names several local hosts with their own variables (one play, several cases);
-    without it the one host is `localhost`.
+    without it the one host is `localhost`. `env`: as run_playbook's.
     """
     playbook = workdir / "play.yml"
     playbook.write_text(yaml.safe_dump(play, sort_keys=False))
@@ -135,4 +141,4 @@ def run_local_play(workdir: Path, play: list[dict[str, object]],
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {
         name: {**local, **host_vars} for name, host_vars in every.items()}}}))
     return run_playbook(inventory, [], workdir / "play.log", playbook=str(playbook), vault=None,
-                        search_path=search_path)
+                        search_path=search_path, env=env)

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -184,8 +185,7 @@ def test_binary_read_through_ansibles_text_conversion_is_accepted(keys: Keys) ->
     assert installed(pinned_keyring(as_text, keys.pinned)) == keys.binary
 
 
-def test_a_key_file_fetched_as_repo_trust_fetches_it(keys: Keys, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_key_file_fetched_as_repo_trust_fetches_it(keys: Keys, tmp_path: Path) -> None:
     """repo_trust_fetch, then the filter, in a local play: binary files arrive byte for byte.
 
     `uri` with return_content cannot carry a binary (non-UTF-8) file back to the
@@ -198,7 +198,6 @@ def test_a_key_file_fetched_as_repo_trust_fetches_it(keys: Keys, tmp_path: Path,
              "one.asc": keys.armored.encode()}
     for name, data in files.items():
         (served / name).write_bytes(data)
-    monkeypatch.setenv("ANSIBLE_LIBRARY", str(ANSIBLE_DIR / "roles" / "repo_trust" / "library"))
     with serve_directory(served, tmp_path / "http.log") as base_url:
         tasks: list[dict[str, Any]] = [
             {"name": f"fetch {name}", "repo_trust_fetch": {"url": f"{base_url}/{name}"},
@@ -208,7 +207,8 @@ def test_a_key_file_fetched_as_repo_trust_fetches_it(keys: Keys, tmp_path: Path,
             f"'{keys.pinned}', encoding='base64')).problem or 'accepted' }}}}"
             for index, name in enumerate(files)]}})
         run = run_local_play(tmp_path, [{"hosts": "localhost", "gather_facts": False,
-                                         "tasks": tasks}])
+                                         "tasks": tasks}], env={"ANSIBLE_LIBRARY": str(
+                                             ANSIBLE_DIR / "roles" / "repo_trust" / "library")})
     assert run.returncode == 0, run.explain()
     flat = " ".join(run.output.split())
     assert "RESULT one.gpg: accepted" in flat
@@ -270,10 +270,20 @@ def test_no_gpg_on_the_controller_is_one_line(keys: Keys, tmp_path: Path,
 
 def test_gpg_leaves_nothing_behind(keys: Keys, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each call's GnuPG homes are removed and no gpg daemon runs for them afterwards."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    """Each call's GnuPG homes are removed and no gpg daemon runs for them afterwards.
+
+    The homes are made in tmp_path through the filter's own view of tempfile: the process's
+    tempfile.tempdir is every thread's (a background job's stub repository landed in it)."""
+    homes: list[str] = []
+
+    def mkdtemp(**options: Any) -> str:
+        homes.append(tempfile.mkdtemp(dir=tmp_path, **options))
+        return homes[-1]
+
+    monkeypatch.setattr(openpgp, "tempfile", SimpleNamespace(mkdtemp=mkdtemp))
     assert pinned_keyring(keys.armored, keys.pinned)["ok"]
     assert not pinned_keyring(keys.armored + keys.other_armored, keys.pinned)["ok"]
+    assert len(homes) >= 2, "each call makes its GnuPG home through tempfile.mkdtemp"
     assert list(tmp_path.iterdir()) == []
     for command in Path("/proc").glob("[0-9]*/cmdline"):
         try:

@@ -73,17 +73,12 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> tuple[PlaybookRun, Path,
         "acceptance_baselines_dir": str(work / "baselines"),
         "acceptance_remote_dir": str(work / "remote")}))
     log = work / "docker.log"
-    saved = dict(os.environ)
-    os.environ.update(PATH=f"{stubs}:{os.environ['PATH']}", STUB_LOG=str(log),
-                      STUB_RESULTS=str(work / "results-in-container"),
-                      PYTHONPATH=str(REPO))
-    try:
-        # gpu-b is in the inventory and left out of this run (--limit): it leaves no record.
-        run = run_playbook(inventory, [extra], work / "play.log", "--limit", "gpu-a,localhost",
-                           playbook="accept.yml", vault=None, timeout=600)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    # gpu-b is in the inventory and left out of this run (--limit): it leaves no record.
+    run = run_playbook(inventory, [extra], work / "play.log", "--limit", "gpu-a,localhost",
+                       playbook="accept.yml", vault=None, timeout=600,
+                       search_path=f"{stubs}:{os.environ['PATH']}",
+                       env={"STUB_LOG": str(log), "PYTHONPATH": str(REPO),
+                            "STUB_RESULTS": str(work / "results-in-container")})
     return run, work, log
 
 

@@ -15,9 +15,10 @@ file planted there (or deleted from the repository) never reaches the image.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,15 +30,19 @@ from tests.hardware.localplay import run_role_tasks
 
 pytestmark = [pytest.mark.docker]
 
-def _run(tmp_path: Path, name: str, variables: dict[str, object]) -> PlaybookRun:
-    return run_role_tasks(tmp_path, name, "gpu_validate", "image", variables)
+def _run(tmp_path: Path, name: str, variables: dict[str, object],
+         controller_tmp: Path | None = None) -> PlaybookRun:
+    """The role's image tasks; with `controller_tmp`, the play's TMPDIR (its alone)."""
+    env = {"TMPDIR": str(controller_tmp)} if controller_tmp is not None else None
+    return run_role_tasks(tmp_path, name, "gpu_validate", "image", variables, env=env)
 
 
-def _look(directory: Path, seen: dict[str, int]) -> None:
+def _look(directory: Path, seen: dict[str, int],
+          walk: Callable[[Path], Iterator[tuple[str, list[str], list[str]]]] = os.walk) -> None:
     """Add every path under `directory` to `seen` with its mode, once. Paths come and go
     while it looks (Ansible's payloads): os.walk passes over a directory removed between
     its listing and its reading, where pathlib's rglob raises and ended the watch."""
-    for root, dirs, files in os.walk(directory):
+    for root, dirs, files in walk(directory):
         for name in (*dirs, *files):
             path = Path(root, name)
             try:
@@ -68,34 +73,33 @@ def _watched(directory: Path) -> Iterator[dict[str, int]]:
         watcher.join(timeout=10)
 
 
-def test_the_watch_passes_over_a_directory_removed_while_it_looks(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A directory listed, then gone before it is read (os.scandir raises), is passed
-    over and the rest is still seen: the watch must outlast the payloads it watches."""
+def test_the_watch_passes_over_a_directory_removed_while_it_looks(tmp_path: Path) -> None:
+    """A directory listed, then gone before it is read (os.walk's scandir of it fails), is
+    passed over and the rest is still seen: the watch must outlast the payloads it watches."""
     for name in ("gone/payload", "kept/context.tar.gz"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
-    scandir = os.scandir
 
-    def vanishing(path: str = ".") -> Iterator[os.DirEntry[str]]:
-        if Path(path) == tmp_path / "gone":
-            raise FileNotFoundError(2, "No such file or directory", path)
-        return scandir(path)
+    def vanishing(top: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+        """os.walk, with `gone` removed once the top's listing (which names it) is seen."""
+        walk = os.walk(top)
+        yield next(walk)
+        shutil.rmtree(tmp_path / "gone")
+        yield from walk
 
-    monkeypatch.setattr(os, "scandir", vanishing)
     seen: dict[str, int] = {}
-    _look(tmp_path, seen)
+    _look(tmp_path, seen, walk=vanishing)
     assert sorted(seen) == ["gone", "kept", "kept/context.tar.gz"]
+    assert not (tmp_path / "gone").exists()
 
 
 def test_an_unqualified_image_is_built_on_the_host_not_pulled(
-        docker_host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        docker_host: str, tmp_path: Path) -> None:
     image = f"tfhost/hw-validate:{os.getpid()}"
     base = target_image()
     controller_tmp = tmp_path / "controller-tmp"
     controller_tmp.mkdir(mode=0o1777)
     controller_tmp.chmod(0o1777)  # like /tmp: every account on the controller can look in
-    monkeypatch.setenv("TMPDIR", str(controller_tmp))
     # What the host's build directory holds from before: a file no longer in the
     # repository, and one planted inside a directory the image copies.
     context = tmp_path / "context"
@@ -112,7 +116,7 @@ def test_an_unqualified_image_is_built_on_the_host_not_pulled(
             "gpu_validate_build_args": {"BASE_IMAGE": base},
             "gpu_validate_build_dir": str(context),
             "gpu_validate_build_timeout": 600,
-        })
+        }, controller_tmp)
     try:
         assert run.returncode == 0, run.explain()
         assert "TASK [gpu_validate : Pull the validation image]" in run.output
@@ -144,17 +148,16 @@ def test_an_unqualified_image_is_built_on_the_host_not_pulled(
 
 
 def test_the_controller_context_is_removed_when_the_build_fails(
-        docker_host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        docker_host: str, tmp_path: Path) -> None:
     controller_tmp = tmp_path / "controller-tmp"
     controller_tmp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(controller_tmp))
     run = _run(tmp_path, "broken", {
         "gpu_validate_image": f"tfhost/hw-validate-broken:{os.getpid()}",
         "gpu_validate_pull": "never",
         "gpu_validate_build_source": str(REPO),
         "gpu_validate_build_dockerfile": "tests/hardware/fixtures/absent.Dockerfile",
         "gpu_validate_build_dir": str(tmp_path / "context"),
-    })
+    }, controller_tmp)
     assert run.returncode != 0
     assert "Remove the controller's private build-context directory" in run.output
     assert list(controller_tmp.iterdir()) == []

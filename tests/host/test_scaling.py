@@ -141,8 +141,10 @@ def test_each_count_gets_the_first_n_gpus(monkeypatch: pytest.MonkeyPatch,
                                           tmp_path: Path) -> None:
     """Container runs request exactly those GPUs; local runs see exactly those GPUs."""
     import subprocess
+    from types import SimpleNamespace
 
     import tfhost.runner
+    import tfhost.scaling
     from tfhost.scaling import container_launcher, run_locally
 
     specs: list[Any] = []
@@ -166,7 +168,7 @@ def test_each_count_gets_the_first_n_gpus(monkeypatch: pytest.MonkeyPatch,
         seen.append(env["CUDA_VISIBLE_DEVICES"])
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(subprocess, "run", fake_subprocess)
+    monkeypatch.setattr(tfhost.scaling, "subprocess", SimpleNamespace(run=fake_subprocess))
     for n in plan.counts:
         run_locally(plan, n, tmp_path / f"r{n}.json")
     assert seen == ["3", "3,1", "3,1,0,2"]

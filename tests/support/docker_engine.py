@@ -55,8 +55,28 @@ _ORIGINAL_DOCKER_HOST = os.environ.get("DOCKER_HOST")
 _started_here = False  # this process started the engine: the session fixture stops it
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The whole session's DOCKER_HOST is the private engine's, set once, here.
+
+    The `docker` commands, plays and containers of the tests and of the background jobs
+    (tests/support/background.py) read it from os.environ. It is set before collection,
+    so before any job's thread or any test starts, and left alone until the session is
+    over (pytest_unconfigure): no child ever sees it change. The engine itself starts
+    when a test or job first needs it (ensure_engine).
+    """
+    os.environ["DOCKER_HOST"] = _docker_host()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _ORIGINAL_DOCKER_HOST is None:
+        os.environ.pop("DOCKER_HOST", None)
+    else:
+        os.environ["DOCKER_HOST"] = _ORIGINAL_DOCKER_HOST
+
+
 def ensure_engine() -> str:
-    """DOCKER_HOST of the running private engine, started if needed, set in os.environ.
+    """DOCKER_HOST of the running private engine (the session's, see pytest_configure),
+    started if needed.
 
     Why not only the fixture: a background job (tests/support/background.py)
     needs the engine before any fixture runs. The lock keeps the job's thread
@@ -75,7 +95,6 @@ def ensure_engine() -> str:
             if result.returncode != 0:
                 raise RuntimeError(f"could not start dockerd: {result.stderr.strip()}")
             _started_here = True
-        os.environ["DOCKER_HOST"] = host
         return host
 
 
@@ -89,10 +108,6 @@ def docker_host() -> Iterator[str]:
     try:
         yield host
     finally:
-        if _ORIGINAL_DOCKER_HOST is None:
-            os.environ.pop("DOCKER_HOST", None)
-        else:
-            os.environ["DOCKER_HOST"] = _ORIGINAL_DOCKER_HOST
         if _started_here:
             subprocess.run([ENGINE, "stop"], check=False, capture_output=True)
 

@@ -8,13 +8,12 @@ to a journal file, with times, so the order of events can be asserted.
 from __future__ import annotations
 
 import json
-import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.inner_pytest import InnerPytest
 
 JOURNAL_HELPER = '''
 import time
@@ -96,34 +95,34 @@ def _names(events: list[tuple[float, str]]) -> list[str]:
     return [name for _, name in events]
 
 
-def _session(pytester: pytest.Pytester, *args: str, job_ticks: int = 10,
+def _session(inner: InnerPytest, *args: str, job_ticks: int = 10,
              fast_seconds: float = 1.5, fast_fails: bool = False,
              job_body: str | None = None) -> tuple[pytest.RunResult, list[tuple[float, str]]]:
-    pytester.makepyfile(journal=JOURNAL_HELPER)
+    inner.makepyfile(journal=JOURNAL_HELPER)
     slow = SLOW_MODULE.replace("JOB_TICKS", str(job_ticks))
     if job_body is not None:
         slow = slow.replace('    note("job start")\n', f'    note("job start")\n{job_body}')
     # pytest runs a_fast before z_slow: the job must start before a_fast ends.
-    pytester.makepyfile(
+    inner.makepyfile(
         test_a_fast=FAST_MODULE.replace("FAST_SECONDS", str(fast_seconds))
         .replace("FAST_FAILS", str(fast_fails)),
         test_z_slow=slow,
     )
-    pytester.makeini("[pytest]\n")
-    result = pytester.runpytest_subprocess("-p", "tests.support.background", "-v",
+    inner.makeini("[pytest]\n")
+    result = inner.runpytest_subprocess("-p", "tests.support.background", "-v",
                                            "-p", "no:cacheprovider", *args)
-    return result, _events(pytester.path / "journal.txt")
+    return result, _events(inner.path / "journal.txt")
 
 
-@pytest.fixture(autouse=True)
-def _importable(monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    # The inner sessions' timings stay in their own folder, not in the suite's results/.
-    monkeypatch.setenv("TFHOST_RESULTS", str(pytester.path / "results"))
+@pytest.fixture
+def inner(tmp_path: Path) -> InnerPytest:
+    """The inner session's folder: its modules importable, its timings in its own results/
+    (not the suite's), all in the child's environment (tests/support/inner_pytest.py)."""
+    return InnerPytest(tmp_path)
 
 
-def test_job_starts_after_collection_and_overlaps_earlier_tests(pytester: pytest.Pytester) -> None:
-    result, events = _session(pytester)
+def test_job_starts_after_collection_and_overlaps_earlier_tests(inner: InnerPytest) -> None:
+    result, events = _session(inner)
     result.assert_outcomes(passed=3)
     names = _names(events)
     assert names.index("job start") < names.index("fast test end"), names
@@ -132,63 +131,63 @@ def test_job_starts_after_collection_and_overlaps_earlier_tests(pytester: pytest
 
 
 def test_the_summary_says_how_long_the_tests_waited_for_each_job(
-        pytester: pytest.Pytester) -> None:
+        inner: InnerPytest) -> None:
     """The job (about 3 s) outlasts the fast test (0.5 s): the slow module's fixture waits."""
-    result, _ = _session(pytester, job_ticks=30, fast_seconds=0.5)
+    result, _ = _session(inner, job_ticks=30, fast_seconds=0.5)
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["background job slow: started * s into the session, ran * s,"
                                  " the tests waited * s for it"])
-    figures = json.loads((pytester.path / "results" / "background-jobs.json").read_text())["slow"]
+    figures = json.loads((inner.path / "results" / "background-jobs.json").read_text())["slow"]
     assert figures["ran_s"] >= 2.9
     assert 1.0 <= figures["tests_waited_s"] <= figures["ran_s"], figures
     assert 0 <= figures["started_after_s"] < 10
 
 
-def test_the_stack_closes_when_the_module_is_done(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_zz_after=(
+def test_the_stack_closes_when_the_module_is_done(inner: InnerPytest) -> None:
+    inner.makepyfile(test_zz_after=(
         "from journal import note\n\n\ndef test_after():\n    note('after module')\n"))
-    result, events = _session(pytester)
+    result, events = _session(inner)
     result.assert_outcomes(passed=4)
     names = _names(events)
     assert names.index("service down") < names.index("after module"), names
 
 
-def test_deselected_module_starts_no_job(pytester: pytest.Pytester) -> None:
-    result, events = _session(pytester, "-k", "fast")
+def test_deselected_module_starts_no_job(inner: InnerPytest) -> None:
+    result, events = _session(inner, "-k", "fast")
     result.assert_outcomes(passed=2, deselected=1)
     assert "job start" not in _names(events)
 
 
-def test_no_background_runs_the_job_in_its_fixture(pytester: pytest.Pytester) -> None:
-    result, events = _session(pytester, "--no-background")
+def test_no_background_runs_the_job_in_its_fixture(inner: InnerPytest) -> None:
+    result, events = _session(inner, "--no-background")
     result.assert_outcomes(passed=3)
     names = _names(events)
     assert names.index("fast test end") < names.index("job start"), names
 
 
-def test_a_failing_job_is_the_modules_setup_error(pytester: pytest.Pytester) -> None:
-    result, _ = _session(pytester, job_body='    raise ValueError("the box would not boot")\n')
+def test_a_failing_job_is_the_modules_setup_error(inner: InnerPytest) -> None:
+    result, _ = _session(inner, job_body='    raise ValueError("the box would not boot")\n')
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(["*ValueError: the box would not boot*"])
 
 
-def test_a_skip_in_the_job_skips_the_module(pytester: pytest.Pytester) -> None:
-    result, _ = _session(pytester, "-rs", job_body='    pytest.skip("needs root")\n')
+def test_a_skip_in_the_job_skips_the_module(inner: InnerPytest) -> None:
+    result, _ = _session(inner, "-rs", job_body='    pytest.skip("needs root")\n')
     result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines(["*needs root*"])
 
 
-def test_a_session_that_stops_early_cancels_the_job(pytester: pytest.Pytester) -> None:
+def test_a_session_that_stops_early_cancels_the_job(inner: InnerPytest) -> None:
     # -x stops at test_fails_early while the job still has ~20 s to run.
-    result, events = _session(pytester, "-x", job_ticks=200, fast_seconds=0.5, fast_fails=True)
+    result, events = _session(inner, "-x", job_ticks=200, fast_seconds=0.5, fast_fails=True)
     assert result.ret == 1
     names = _names(events)
     assert "cancelled" in names and "job end" not in names, names
     assert names[-1] == "service down", names
 
 
-def test_jobs_run_in_the_order_their_modules_are_needed(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_m_middle=textwrap.dedent('''
+def test_jobs_run_in_the_order_their_modules_are_needed(inner: InnerPytest) -> None:
+    inner.makepyfile(test_m_middle=textwrap.dedent('''
         import pytest
 
         from journal import note
@@ -204,29 +203,29 @@ def test_jobs_run_in_the_order_their_modules_are_needed(pytester: pytest.Pyteste
         def test_middle(background_jobs):
             assert background_jobs.result("middle") == 1
     '''))
-    result, events = _session(pytester)
+    result, events = _session(inner)
     result.assert_outcomes(passed=4)
     names = _names(events)
     assert names.index("middle job") < names.index("job start"), names
 
 
-def test_a_module_skipped_by_its_mark_starts_no_job(pytester: pytest.Pytester) -> None:
-    result, events = _session(pytester, "-rs", job_body="")
+def test_a_module_skipped_by_its_mark_starts_no_job(inner: InnerPytest) -> None:
+    result, events = _session(inner, "-rs", job_body="")
     result.assert_outcomes(passed=3)
     assert "job start" in _names(events)  # the same module without the mark
-    pytester.makepyfile(test_z_slow=(pytester.path / "test_z_slow.py").read_text().replace(
+    inner.makepyfile(test_z_slow=(inner.path / "test_z_slow.py").read_text().replace(
         "from tests.support.background import background_job",
         "from tests.support.background import background_job\n\n"
         "pytestmark = pytest.mark.skipif(True, reason='opt-in')"))
-    (pytester.path / "journal.txt").unlink()
-    skipped = pytester.runpytest_subprocess("-p", "tests.support.background", "-p",
+    (inner.path / "journal.txt").unlink()
+    skipped = inner.runpytest_subprocess("-p", "tests.support.background", "-p",
                                             "no:cacheprovider")
     skipped.assert_outcomes(passed=2, skipped=1)
-    assert "job start" not in _names(_events(pytester.path / "journal.txt"))
+    assert "job start" not in _names(_events(inner.path / "journal.txt"))
 
 
-def test_a_run_last_module_runs_after_every_other_test(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_m_last=textwrap.dedent('''
+def test_a_run_last_module_runs_after_every_other_test(inner: InnerPytest) -> None:
+    inner.makepyfile(test_m_last=textwrap.dedent('''
         from journal import note
         from tests.support.background import background_job
 
@@ -245,7 +244,7 @@ def test_a_run_last_module_runs_after_every_other_test(pytester: pytest.Pytester
         def test_last_two():
             note("last test two")
     '''))
-    result, events = _session(pytester)
+    result, events = _session(inner)
     result.assert_outcomes(passed=5)
     names = _names(events)
     # Alphabetically test_m_last comes before test_z_slow; run_last puts it after,
@@ -254,10 +253,10 @@ def test_a_run_last_module_runs_after_every_other_test(pytester: pytest.Pytester
 
 
 def test_an_after_run_last_module_follows_the_run_last_ones_and_so_does_its_job(
-        pytester: pytest.Pytester) -> None:
+        inner: InnerPytest) -> None:
     """AFTER_RUN_LAST: a self-contained set-up whose job must not hold up the converges of
     the run_last modules (queued behind theirs), and whose tests come after theirs."""
-    pytester.makepyfile(
+    inner.makepyfile(
         test_b_after=textwrap.dedent('''
             from journal import note
             from tests.support.background import AFTER_RUN_LAST, background_job
@@ -288,7 +287,7 @@ def test_an_after_run_last_module_follows_the_run_last_ones_and_so_does_its_job(
                 note("last test")
                 assert background_jobs.result("last") == 1
         '''))
-    result, events = _session(pytester)
+    result, events = _session(inner)
     result.assert_outcomes(passed=5)
     names = _names(events)
     # Alphabetically test_b_after comes first; its rank puts it and its job after the others.
@@ -335,45 +334,26 @@ def test_host(host_run):
 
 
 def test_a_job_per_parameter_runs_only_for_the_parameters_selected(
-        pytester: pytest.Pytester) -> None:
+        inner: InnerPytest) -> None:
     """needed_by: a parametrized module starts the jobs of its selected parameters only,
     queued by the first test that uses each."""
-    pytester.makepyfile(journal=JOURNAL_HELPER, test_params=PER_PARAMETER_MODULE)
-    pytester.makeini("[pytest]\n")
+    inner.makepyfile(journal=JOURNAL_HELPER, test_params=PER_PARAMETER_MODULE)
+    inner.makeini("[pytest]\n")
     args = ("-p", "tests.support.background", "-p", "no:cacheprovider")
-    result = pytester.runpytest_subprocess(*args, "-k", "fresh or old-b")
+    result = inner.runpytest_subprocess(*args, "-k", "fresh or old-b")
     result.assert_outcomes(passed=2, deselected=1)
-    names = _names(_events(pytester.path / "journal.txt"))
+    names = _names(_events(inner.path / "journal.txt"))
     assert "job old-b" in names and "job old-a" not in names, names
     assert names.index("job old-b") < names.index("test set up old-b"), names
 
-    (pytester.path / "journal.txt").unlink()
-    result = pytester.runpytest_subprocess(*args, "-k", "fresh")
+    (inner.path / "journal.txt").unlink()
+    result = inner.runpytest_subprocess(*args, "-k", "fresh")
     result.assert_outcomes(passed=1, deselected=2)
-    assert [name for name in _names(_events(pytester.path / "journal.txt"))
+    assert [name for name in _names(_events(inner.path / "journal.txt"))
             if name.startswith("job")] == []
 
-    (pytester.path / "journal.txt").unlink()
-    result = pytester.runpytest_subprocess(*args)
+    (inner.path / "journal.txt").unlink()
+    result = inner.runpytest_subprocess(*args)
     result.assert_outcomes(passed=3)
-    names = _names(_events(pytester.path / "journal.txt"))
+    names = _names(_events(inner.path / "journal.txt"))
     assert [name for name in names if name.startswith("job")] == ["job old-a", "job old-b"]
-
-
-# Where a test may set the engine for the whole process: the engine's own fixture.
-ENGINE_OWNER = REPO / "tests" / "support" / "docker_engine.py"
-SETS_DOCKER_HOST = re.compile(
-    r"""setenv\(\s*["']DOCKER_HOST["']|putenv\(\s*["']DOCKER_HOST["']"""
-    r"""|environ\[\s*["']DOCKER_HOST["']\s*\]\s*=[^=]""")
-
-
-def test_no_test_points_the_whole_process_at_another_engine() -> None:
-    """The background jobs' `docker` commands and plays read DOCKER_HOST from the process's
-    environment while the foreground's tests run: a test that sets it to a stand-in engine
-    (an HTTP server on a socket) sends them there. A test gives its engine as an argument
-    (tests/support/docker_engine.py, engine_client)."""
-    offenders = [f"{path.relative_to(REPO)}:{number}"
-                 for path in sorted((REPO / "tests").rglob("*.py")) if path != ENGINE_OWNER
-                 for number, line in enumerate(path.read_text().splitlines(), start=1)
-                 if SETS_DOCKER_HOST.search(line) and "SETS_DOCKER_HOST" not in line]
-    assert offenders == []

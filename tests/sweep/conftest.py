@@ -60,11 +60,13 @@ def fake_spec(tmp_path: Path, name: str = "spec.yaml", **overrides: Any) -> Path
 
 
 def sweep_cli(
-    args: list[str], env: dict[str, str], timeout: float = 120
+    args: list[str], env: dict[str, str], timeout: float = 120, umask: int = -1
 ) -> subprocess.CompletedProcess[str]:
+    """``workloads sweep ARGS`` in a child; `umask` is the child's alone (-1: this one's)."""
     return subprocess.run(
         [sys.executable, "-m", "workloads", "sweep", *args],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False,
+        umask=umask,
     )
 
 

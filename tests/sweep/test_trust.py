@@ -67,12 +67,8 @@ def test_a_new_sweep_directory_is_private_to_writers_whatever_the_umask(
     tmp_path: Path, sweep_env: dict[str, str]
 ) -> None:
     directory = tmp_path / "new"
-    old = os.umask(0o002)
-    try:
-        result = sweep_cli([str(fake_spec(tmp_path)), "--dir", str(directory), "--dry-run"],
-                           sweep_env)
-    finally:
-        os.umask(old)
+    result = sweep_cli([str(fake_spec(tmp_path)), "--dir", str(directory), "--dry-run"],
+                       sweep_env, umask=0o002)
     assert result.returncode == 0, result.stderr
     assert directory.stat().st_mode & 0o777 == 0o755
 

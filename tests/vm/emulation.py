@@ -15,6 +15,7 @@ background job (tests/support/background.py) from starting.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 OPT_IN = "TFHOST_TEST_EMULATED_GUESTS"
@@ -26,9 +27,9 @@ def domain_type() -> str:
     return "kvm" if hardware and os.access("/dev/kvm", os.R_OK | os.W_OK) else "qemu"
 
 
-def emulated_guests_skipped() -> bool:
-    """True where a guest would run under TCG and nobody asked for it."""
-    return domain_type() == "qemu" and os.environ.get(OPT_IN) != "1"
+def emulated_guests_skipped(environ: Mapping[str, str] = os.environ) -> bool:
+    """True where a guest would run under TCG and nobody asked for it (in `environ`)."""
+    return domain_type() == "qemu" and environ.get(OPT_IN) != "1"
 
 
 SKIP_REASON = (f"no hardware virtualization: an emulated guest costs most of an hour of a core; "

@@ -15,11 +15,8 @@ def test_an_emulated_guest_runs_only_when_asked_for(
     monkeypatch: pytest.MonkeyPatch, domain: str, setting: str | None, skipped: bool
 ) -> None:
     monkeypatch.setattr(emulation, "domain_type", lambda: domain)
-    if setting is None:
-        monkeypatch.delenv(emulation.OPT_IN, raising=False)
-    else:
-        monkeypatch.setenv(emulation.OPT_IN, setting)
-    assert emulation.emulated_guests_skipped() is skipped
+    environ = {} if setting is None else {emulation.OPT_IN: setting}
+    assert emulation.emulated_guests_skipped(environ) is skipped
 
 
 def test_the_skip_names_the_setting() -> None:

@@ -51,6 +51,21 @@ def isolated_env(
     yield env
 
 
+@pytest.fixture
+def netbind_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty $WORKLOADS_CACHE for the worker bind library, and never the user's own
+    ~/.cache/workloads: the library's candidates are kept under tmp_path in its own view.
+    (Not HOME in os.environ: it is the whole process's, and every child the background
+    jobs start meanwhile would get it.)"""
+    from workloads.netbind import library
+
+    monkeypatch.setenv("WORKLOADS_CACHE", str(tmp_path / "cache"))
+    candidates = library.cache_candidates
+    monkeypatch.setattr(library, "cache_candidates",
+                        lambda: [c for c in candidates() if c.is_relative_to(tmp_path)])
+    return tmp_path / "cache"
+
+
 FRAMEWORKS = ("tensorflow", "keras", "jax", "torch")
 
 

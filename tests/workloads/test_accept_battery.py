@@ -21,6 +21,7 @@ from tests.host.fake_nvml import FakeNvml
 from workloads.accept import battery, checks, output
 from workloads.accept.kernels import Device
 from workloads.accept.verdicts import FAIL, PASS, Finding
+from workloads.hardware import identify
 from workloads.hardware.reference import load
 
 READINGS = nvml_boards.five_h100_one_fault_each()
@@ -64,7 +65,9 @@ def fake_matmul(kernels: Any, device: Device, dtype: str, *_: int) -> float:
 def outcome() -> battery.Outcome:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(checks, "matmul_rate", fake_matmul)
-        patch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        # every GPU visible, whatever this shell's CUDA_VISIBLE_DEVICES: the battery's lookup
+        # of it, not the process's environment (the background jobs' children read that)
+        patch.setattr(identify, "cuda_visible", lambda: None)
         return battery.run(
             ["matmul", "membw", "transfer", "allreduce", "nvml"],
             False,

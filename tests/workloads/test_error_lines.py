@@ -76,11 +76,13 @@ def argparse_cases() -> dict[str, list[str]]:
     return cases
 
 
-def write(path: Path, content: Any) -> str:
+def write(work: Path, name: str, content: Any) -> str:
+    """`content` (YAML unless text) in work/name; the name as the child, run in `work`, types it."""
+    path = work / name
     path.parent.mkdir(parents=True, exist_ok=True)
     text = content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False)
     path.write_text(text)
-    return str(path)
+    return name
 
 
 STYLE = {"workload": "style", "vary": {"learning_rate": [1, 3]}}
@@ -124,23 +126,22 @@ SPECS: dict[str, Any] = {
 
 
 def semantic_cases(work: Path) -> dict[str, list[str]]:
-    """Bad input the commands catch themselves; files made in ``work``, named relative."""
-    os.chdir(work)
-    good = write(Path("good.yaml"), {"workload": FAKE, "vary": {"value": [1, 2]}})
-    cases = {name: ["sweep", write(Path(f"{i}.yaml"), spec)]
+    """Bad input the commands catch themselves; files made in ``work``, named relative to it
+    (the child runs there)."""
+    good = write(work, "good.yaml", {"workload": FAKE, "vary": {"value": [1, 2]}})
+    cases = {name: ["sweep", write(work, f"{i}.yaml", spec)]
              for i, (name, spec) in enumerate(SPECS.items())}
-    Path("a-file").write_text("not a directory\n")
-    Path("a-dir").mkdir()
-    Path("not-a-record.json").write_text("[1, 2]\n")
-    Path("not-json.json").write_text("{not json\n")
-    Path("deep.json").write_text('{"workload": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
-    Path("huge-number.json").write_text('{"workload": "x", "n": ' + "9" * 5000 + "}\n")
-    Path("fleet").mkdir()
-    Path("fleet/host1.json").write_text("[" * 100_000 + "]" * 100_000 + "\n")
-    Path("not-an-image.png").write_text("not a PNG\n")
-    Path("results/sweeps").mkdir(parents=True)
-    Path("open").mkdir()
-    Path("open").chmod(0o777)
+    write(work, "a-file", "not a directory\n")
+    (work / "a-dir").mkdir()
+    write(work, "not-a-record.json", "[1, 2]\n")
+    write(work, "not-json.json", "{not json\n")
+    write(work, "deep.json", '{"workload": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    write(work, "huge-number.json", '{"workload": "x", "n": ' + "9" * 5000 + "}\n")
+    write(work, "fleet/host1.json", "[" * 100_000 + "]" * 100_000 + "\n")
+    write(work, "not-an-image.png", "not a PNG\n")
+    (work / "results/sweeps").mkdir(parents=True)
+    (work / "open").mkdir()
+    (work / "open").chmod(0o777)
     cases.update({
         "sweep spec missing": ["sweep", "missing.yaml"],
         "sweep spec a directory": ["sweep", "a-dir"],
@@ -205,11 +206,7 @@ with open(sys.argv[2], "w") as out:
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     work = tmp_path_factory.mktemp("errors")
-    here = Path.cwd()
-    try:
-        cases = {**argparse_cases(), **semantic_cases(work)}
-    finally:
-        os.chdir(here)
+    cases = {**argparse_cases(), **semantic_cases(work)}
     (work / "cases.json").write_text(json.dumps(cases))
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "",
            "WORKLOADS_RESULTS": "results", "WORKLOADS_HOST_COMMANDS": "1", "COLUMNS": "200"}

@@ -13,11 +13,13 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -294,22 +296,14 @@ def test_an_unreadable_state_fails_until_cleared(node: dict[str, Path], garbage:
     assert code == 0 and record["cleared"][0]["item"] == "state"
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``workloads health ARGS`` through the CLI's own entry point, in this process."""
     out, err = io.StringIO(), io.StringIO()
-    saved = dict(os.environ)
-    try:
-        if env is not None:
-            os.environ.clear()
-            os.environ.update(env)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(["health", *args])
-            except SystemExit as exit_:  # argparse's errors and --help
-                code = int(exit_.code or 0)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(["health", *args])
+        except SystemExit as exit_:  # argparse's errors and --help
+            code = int(exit_.code or 0)
     return subprocess.CompletedProcess(["workloads", "health", *args], code, out.getvalue(),
                                        err.getvalue())
 
@@ -357,9 +351,14 @@ def test_a_state_file_that_cannot_be_kept_is_one_line(
     assert done.stderr.strip() == f"workloads health: error: {line}"
 
 
-def test_slurm_mode_without_scontrol_is_one_line(tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
-    done = _cli("--slurm", "--node", "gpu01", "--state", str(tmp_path / "s.json"), env=env)
+def test_slurm_mode_without_scontrol_is_one_line(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real lookup on a PATH without scontrol, in the slurm module's view only: the
+    # process's PATH is every thread's (the background jobs' children read it).
+    where = str(Path(sys.executable).parent)
+    monkeypatch.setattr(slurm, "shutil", SimpleNamespace(
+        which=lambda name: shutil.which(name, path=where)))
+    done = _cli("--slurm", "--node", "gpu01", "--state", str(tmp_path / "s.json"))
     assert done.returncode == 2 and done.stderr.strip() == (
         "workloads health: error: --slurm needs scontrol, and it is not on PATH; install "
         "SLURM's client commands on the node, or run without --slurm"

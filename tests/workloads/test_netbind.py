@@ -12,12 +12,15 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.workloads.conftest import REPO
 from workloads import netbind
 from workloads.errors import WorkloadError
+from workloads.netbind import address
 
 BIND_PROBE = """
 import errno, json, socket, sys
@@ -35,12 +38,11 @@ else:
 
 
 @pytest.fixture()
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("WORKLOADS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    for name in ("CC", netbind.SHIM_ENV, netbind.MODE_ENV, netbind.ADDRESS_OVERRIDE_ENV):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path / "cache"
+def cache(netbind_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv(netbind.SHIM_ENV, raising=False)
+    monkeypatch.delenv(netbind.MODE_ENV, raising=False)
+    monkeypatch.delenv(netbind.ADDRESS_OVERRIDE_ENV, raising=False)
+    return netbind_cache
 
 
 def _free_port() -> int:
@@ -93,19 +95,48 @@ def test_node_names_resolve_to_an_ipv4_address_first() -> None:
     assert netbind.node_address("127.0.0.1") == "127.0.0.1"
 
 
+BAD_SETTING = """
+import json
+from workloads import netbind
+from workloads.errors import WorkloadError
+try:
+    netbind.keep_workers_on_node("localhost", 20000, 20015)
+except WorkloadError as error:
+    print(json.dumps(error.one_line()))
+else:
+    print(json.dumps("accepted"))
+"""
+
+
 @pytest.mark.parametrize(("env", "message"), [
     ({netbind.MODE_ENV: "everywhere"}, "WORKLOADS_WORKER_BIND=everywhere is not 'node' or 'any'"),
     ({"CC": "/nonexistent/cc"}, "no C compiler to build the library"),
     ({netbind.SHIM_ENV: "/nonexistent/libbindaddr.so"}, "is not a file"),
 ])
-def test_bad_settings_are_one_line_errors(cache: Path, monkeypatch: pytest.MonkeyPatch,
-                                          env: dict[str, str], message: str) -> None:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    with pytest.raises(WorkloadError) as error:
-        netbind.keep_workers_on_node("localhost", 20000, 20015)
-    assert message in error.value.one_line() and "\n" not in error.value.one_line()
+def test_bad_settings_are_one_line_errors(cache: Path, env: dict[str, str], message: str) -> None:
+    """In a child with the settings in its own environment: CC (like HOME) is read by every
+    build the background jobs' children run, so it is never set in this process's."""
+    settings = {name: value for name, value in os.environ.items()
+                if name not in ("CC", netbind.SHIM_ENV, netbind.MODE_ENV,
+                                netbind.ADDRESS_OVERRIDE_ENV)}
+    settings.update({"WORKLOADS_CACHE": str(cache), "HOME": str(cache.parent / "home"),
+                     "PYTHONPATH": str(REPO), **env})
+    done = subprocess.run([sys.executable, "-c", BAD_SETTING], env=settings,
+                          capture_output=True, text=True, timeout=120, check=True)
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert message in said and "\n" not in said, said
     assert not list(cache.glob("netbind-*/*")), "nothing half-built is left"
+
+
+class _Resolver:
+    """The socket module with another getaddrinfo: one module's view of it, not the process's
+    (the background jobs' threads resolve names too)."""
+
+    def __init__(self, getaddrinfo: Callable[..., list[object]]) -> None:
+        self.getaddrinfo = getaddrinfo
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(socket, name)
 
 
 def test_an_unresolvable_node_is_a_one_line_error(cache: Path,
@@ -114,7 +145,7 @@ def test_an_unresolvable_node_is_a_one_line_error(cache: Path,
     def no_such_name(*_args: object, **_kwargs: object) -> list[object]:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
-    monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
+    monkeypatch.setattr(address, "socket", _Resolver(no_such_name))  # that module's view only
     with pytest.raises(WorkloadError, match="'gpu-node07' does not resolve"):
         netbind.keep_workers_on_node("gpu-node07", 20000, 20015)
 

@@ -118,13 +118,11 @@ def test_only_a_private_directory_under_safe_parents_is_used(tmp_path: Path) -> 
     assert not wrong, f"{len(wrong)} of {len(cases)} states decided wrongly: {wrong[:10]}"
 
 
-def test_a_fresh_build_records_the_digest_of_its_bytes(tmp_path: Path,
+def test_a_fresh_build_records_the_digest_of_its_bytes(netbind_cache: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WORKLOADS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv(library.SHIM_ENV, raising=False)
     built = library.shim_library()
-    assert built == tmp_path / "cache" / f"netbind-{ME}" / library.library_name()
+    assert built == netbind_cache / f"netbind-{ME}" / library.library_name()
     recorded = built.with_name(built.name + library.DIGEST_SUFFIX).read_text().strip()
     assert recorded == hashlib.sha256(built.read_bytes()).hexdigest()
     assert sorted(p.name for p in built.parent.iterdir()) == sorted(
