@@ -27,8 +27,8 @@ as it was read. Of valid copies of a signature it keeps one (of a revocation
 or a direct-key signature, every one), but that one may be a mirror's copy
 padded with a notation. So each signature of the export keeps, of its unhashed
 area, only its first issuer key ID, its first issuer fingerprint and (on a
-subkey binding) its first embedded back signature, itself treated the same
-way, re-encoded in that order with the shortest lengths; copies that are then
+subkey binding) its first embedded back signature, itself reduced to its
+issuer fields, re-encoded in that order with the shortest lengths; copies that are then
 the same packet are kept once. The result is imported into a second fresh
 GnuPG home and exported again, and must come back packet for packet. So the
 installed keyring is byte for byte what GnuPG exports from the vendor's clean
@@ -281,6 +281,13 @@ def _subpacket(kind: int, content: bytes) -> bytes:
 def _strip_unhashed(body: bytes, dropped: list[int]) -> bytes:
     """A v4 signature with only its issuer fields and a binding's back signature left in its
     unhashed area; other versions as they are. Counts what it leaves out in `dropped`."""
+    return _reduced(body, dropped, back_signature=len(body) > 1 and body[1] == SUBKEY_BINDING)
+
+
+def _reduced(body: bytes, dropped: list[int], back_signature: bool) -> bytes:
+    """`body` with its issuer fields, and its first embedded signature if `back_signature`,
+    left in its unhashed area. A back signature is itself reduced to its issuer fields: it
+    holds no signature of its own (one level, whatever type its bytes claim)."""
     if len(body) < 6 or body[0] != 4:
         return body
     start = 6 + int.from_bytes(body[4:6], "big")
@@ -289,7 +296,7 @@ def _strip_unhashed(body: bytes, dropped: list[int]) -> bytes:
     end = start + 2 + int.from_bytes(body[start:start + 2], "big")
     area, position = body[start + 2:end], 0
     wanted = {ISSUER_KEY_ID, ISSUER_FINGERPRINT}
-    if body[1] == SUBKEY_BINDING:
+    if back_signature:
         wanted.add(EMBEDDED_SIGNATURE)
     kept: dict[int, bytes] = {}
     while position < len(area):
@@ -310,7 +317,7 @@ def _strip_unhashed(body: bytes, dropped: list[int]) -> bytes:
             dropped.append(kind)
             continue
         if kind == EMBEDDED_SIGNATURE:
-            content = _strip_unhashed(content, dropped)
+            content = _reduced(content, dropped, back_signature=False)
         kept[kind] = _subpacket(area[position - size], content)
     rebuilt = b"".join(kept[kind] for kind in (ISSUER_KEY_ID, ISSUER_FINGERPRINT,
                                                EMBEDDED_SIGNATURE) if kind in kept)

@@ -44,6 +44,7 @@ from tests.ansible.openpgp_keys import (
     pad_embedded,
     split,
     subpacket,
+    unhashed_subpackets,
     with_unhashed,
 )
 from tests.ansible.test_openpgp_filter import NoGpg
@@ -363,6 +364,30 @@ def test_a_revocation_served_twice_installs_once(tmp_path: Path) -> None:
     padded = with_unhashed(packets[1][1], notation(b"m@example.invalid", b"z" * 50), 0)
     result = filtered(join([packets[0], (SIGNATURE, padded), *packets[1:]]), pinned)
     assert installed(result) == clean_export(binary, pinned) == binary
+
+
+def test_a_back_signature_keeps_no_signature_of_its_own(made: Made) -> None:
+    """A copy of the signing subkey's binding whose first unhashed subpacket is a chain of
+    embedded signatures, each claiming to be a subkey binding (GnuPG reads unhashed areas up
+    to 10,000 bytes: some 800 levels). It verifies and follows the vendor's, so GnuPG keeps
+    it; the edited back signature is installed as edited (a known limit: the subkey becomes
+    unusable), but reduced to its issuer fields, with nothing of the chain inside it."""
+    key = made.signing
+    packets = split(key.binary)
+    binding = packets[4][1]
+    assert binding[1] == 0x18 and any(kind == 32 for kind, _ in unhashed_subpackets(binding))
+    chain = b""
+    for _ in range(600):
+        chain = subpacket(32, b"\x04\x18\x16\x08\x00\x00" + len(chain).to_bytes(2, "big") + chain)
+    stream = join([*packets[:5], (SIGNATURE, with_unhashed(binding, chain, 0)), *packets[5:]])
+    result = filtered(stream, key.fingerprint)
+    bindings = [body for tag, body in split(installed(result)) if tag == SIGNATURE
+                and body[1] == 0x18]
+    embedded = [content for body in bindings for kind, content in unhashed_subpackets(body)
+                if kind & 0x7F == 32]
+    assert len(bindings) == 2 and len(embedded) == 1  # the encryption subkey has none
+    assert all(kind & 0x7F != 32 for each in embedded for kind, _ in unhashed_subpackets(each))
+    assert len(installed(result)) < len(key.clean) + 100
 
 
 def test_another_key_appended_is_refused_naming_it(made: Made) -> None:
