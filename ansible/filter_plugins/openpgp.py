@@ -9,23 +9,30 @@ Why GnuPG: it is the OpenPGP implementation apt's `gpgv` and the vendors' own
 instructions (`gpg --dearmor`) come from, it is in every distribution, and it
 has done exactly this job for decades: `--import-options
 import-minimal,import-clean` keeps a key's user IDs and subkeys that carry a
-self-signature that verifies, one copy of each signature, the most recent
-self-signature per user ID, and drops other keys' certifications and every
-packet that does not belong. `--export-options export-minimal` then writes
-that key with canonical packet headers. Sequoia (`sq`) would do as well but is
-not installed on the usual controller, and its certificate merge also keeps
-unhashed subpackets.
+self-signature that verifies, the most recent self-signature per user ID and
+binding per subkey, and drops other keys' certifications and every packet that
+does not belong. `--export-options export-minimal` then writes that key with
+canonical packet headers. Sequoia (`sq`) would do as well but is not installed
+on the usual controller, and its certificate merge also keeps unhashed
+subpackets. The import runs with `no-repair-keys`: GnuPG's default repair
+removes duplicate signatures before checking them, judging copies equal on
+their signature values alone, and keeps the last copy read, so a mirror could
+choose which copy is checked; a copy it made invalid (a subpacket of unknown
+type marked critical in the unhashed area) would then take the vendor's user
+ID or subkey out with it. Without the repair every copy is checked on its own.
 
 What GnuPG cannot do, and so this file still does (`_strip_unhashed`): a
 signature's unhashed area is not covered by the signature, and GnuPG keeps it
-as it was read. Of duplicate signatures it keeps one, but that one may be a
-mirror's copy padded with a notation. So each signature of the export keeps,
-of its unhashed area, only its first issuer key ID, its first issuer
-fingerprint and (on a subkey binding) its first embedded back signature, itself
-treated the same way, re-encoded in that order with the shortest lengths; the
-result is imported into a second fresh GnuPG home and exported again, and must
-come back packet for packet. So the installed keyring is byte for byte what
-GnuPG exports from the vendor's clean file, whatever was added around it.
+as it was read. Of valid copies of a signature it keeps one (of a revocation
+or a direct-key signature, every one), but that one may be a mirror's copy
+padded with a notation. So each signature of the export keeps, of its unhashed
+area, only its first issuer key ID, its first issuer fingerprint and (on a
+subkey binding) its first embedded back signature, itself reduced to its
+issuer fields, re-encoded in that order with the shortest lengths; copies that are then
+the same packet are kept once. The result is imported into a second fresh
+GnuPG home and exported again, and must come back packet for packet. So the
+installed keyring is byte for byte what GnuPG exports from the vendor's clean
+file, whatever was added around it.
 
 Where it runs: on the Ansible controller, which therefore needs `gpg` (GnuPG
 2.2 or later) in its PATH; a missing gpg is one line naming the fix. The check
@@ -67,7 +74,9 @@ LINE_MAX = 200  # every problem, note and summary: one line of at most this many
 FOUND_MAX = 10  # primary fingerprints kept in `found`
 GPG_OPTIONS = ("--batch", "--no-tty", "--no-autostart", "--no-greeting", "--quiet",
                "--no-permission-warning")
-IMPORT = ("--import-options", "import-minimal,import-clean", "--import")
+# no-repair-keys: GnuPG's duplicate removal (on by default) would let a mirror choose which
+# copy of a signature GnuPG checks, and keep one it made invalid (the module's docstring).
+IMPORT = ("--import-options", "import-minimal,import-clean,no-repair-keys", "--import")
 EXPORT = ("--export-options", "export-minimal", "--export")
 MISSING_GPG = ("GnuPG's gpg is not installed on the Ansible controller (the key check runs "
                "there); install it: apt install gpg, dnf install gnupg2 or brew install gnupg")
@@ -272,6 +281,13 @@ def _subpacket(kind: int, content: bytes) -> bytes:
 def _strip_unhashed(body: bytes, dropped: list[int]) -> bytes:
     """A v4 signature with only its issuer fields and a binding's back signature left in its
     unhashed area; other versions as they are. Counts what it leaves out in `dropped`."""
+    return _reduced(body, dropped, back_signature=len(body) > 1 and body[1] == SUBKEY_BINDING)
+
+
+def _reduced(body: bytes, dropped: list[int], back_signature: bool) -> bytes:
+    """`body` with its issuer fields, and its first embedded signature if `back_signature`,
+    left in its unhashed area. A back signature is itself reduced to its issuer fields: it
+    holds no signature of its own (one level, whatever type its bytes claim)."""
     if len(body) < 6 or body[0] != 4:
         return body
     start = 6 + int.from_bytes(body[4:6], "big")
@@ -280,7 +296,7 @@ def _strip_unhashed(body: bytes, dropped: list[int]) -> bytes:
     end = start + 2 + int.from_bytes(body[start:start + 2], "big")
     area, position = body[start + 2:end], 0
     wanted = {ISSUER_KEY_ID, ISSUER_FINGERPRINT}
-    if body[1] == SUBKEY_BINDING:
+    if back_signature:
         wanted.add(EMBEDDED_SIGNATURE)
     kept: dict[int, bytes] = {}
     while position < len(area):
@@ -301,7 +317,7 @@ def _strip_unhashed(body: bytes, dropped: list[int]) -> bytes:
             dropped.append(kind)
             continue
         if kind == EMBEDDED_SIGNATURE:
-            content = _strip_unhashed(content, dropped)
+            content = _reduced(content, dropped, back_signature=False)
         kept[kind] = _subpacket(area[position - size], content)
     rebuilt = b"".join(kept[kind] for kind in (ISSUER_KEY_ID, ISSUER_FINGERPRINT,
                                                EMBEDDED_SIGNATURE) if kind in kept)
@@ -309,15 +325,28 @@ def _strip_unhashed(body: bytes, dropped: list[int]) -> bytes:
 
 
 def _without_unhashed_additions(export: bytes) -> tuple[list[tuple[int, bytes]], int]:
-    """GnuPG's export with every signature's unhashed area reduced; how many subpackets
-    were left out."""
+    """GnuPG's export with every signature's unhashed area reduced, each signature once under
+    its key, user ID or subkey; how many subpackets were left out."""
     dropped: list[int] = []
     try:
-        kept = [(tag, _strip_unhashed(body, dropped) if tag == SIGNATURE else body)
-                for tag, body in packets(export)]
+        reduced = [(tag, _strip_unhashed(body, dropped) if tag == SIGNATURE else body)
+                   for tag, body in packets(export)]
     except (_Unreadable, IndexError) as exc:
         raise Refused("gave a key that GnuPG exported in a form this check cannot split "
                       "into packets") from exc
+    # Copies that differed only in their unhashed areas are the same packet now. GnuPG keeps
+    # one self-signature per user ID and one binding per subkey itself; valid copies of a
+    # revocation or a direct-key signature it keeps all (no-repair-keys), so one is kept here.
+    kept: list[tuple[int, bytes]] = []
+    seen: set[bytes] = set()
+    for tag, body in reduced:
+        if tag != SIGNATURE:
+            seen.clear()
+        elif body in seen:
+            continue
+        else:
+            seen.add(body)
+        kept.append((tag, body))
     return kept, len(dropped)
 
 
