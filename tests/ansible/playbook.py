@@ -66,6 +66,12 @@ class PlaybookRun:
         return f"rc={self.returncode}\n{self.output[-6000:]}"
 
 
+def site_role_order() -> list[str]:
+    """The roles tasks/site-roles.yml imports (site.yml's and upgrade.yml's), in order."""
+    tasks = yaml.safe_load((ANSIBLE_DIR / "tasks" / "site-roles.yml").read_text())
+    return [task["ansible.builtin.import_role"]["name"] for task in tasks]
+
+
 def write_inventory(path: Path, container: str, group: str = "gpu_hosts") -> Path:
     """An inventory with one host in `group`, reached through `docker exec` (community.docker)."""
     host = {
