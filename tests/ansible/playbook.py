@@ -51,6 +51,12 @@ class PlaybookRun:
         return {key: int(value) for key, value in match.groupdict().items() if key != "host"}
 
     @property
+    def recaps(self) -> dict[str, dict[str, int]]:
+        """Every host's PLAY RECAP line: host -> ok, changed, ..., failed."""
+        return {match["host"]: {key: int(value) for key, value in match.groupdict().items()
+                                if key != "host"} for match in RECAP.finditer(self.output)}
+
+    @property
     def failed_task(self) -> str:
         """Name of the first task that failed ("" when none did), e.g. "nvidia_driver : X"."""
         task = ""
