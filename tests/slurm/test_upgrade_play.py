@@ -50,8 +50,8 @@ def _rollout(tmp_path: Path) -> tuple[PlaybookRun, dict[str, tuple[str, str]]]:
         "children": {"gpu_hosts": {"hosts": hosts}}}}, sort_keys=False))  # the rollout's order
     stand_ins = [name for name in hosts if name != "up-second"]
     with local_cluster(tmp_path / "slurm", TFHOST_SLURM_NODES=" ".join(stand_ins)) as env:
-        subprocess.run(["sbatch", "--nodelist", "localhost", "--wrap", "sleep 300"], env=env,
-                       check=True, capture_output=True)
+        subprocess.run(["sbatch", "--nodelist", "localhost", "--output", "/dev/null", "--wrap",
+                        "sleep 300"], env=env, cwd=tmp_path, check=True, capture_output=True)
         for _ in range(60):
             if "RUNNING" in subprocess.run(["squeue", "-h", "-o", "%T"], env=env, text=True,
                                            capture_output=True, check=True).stdout:
