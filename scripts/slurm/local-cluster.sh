@@ -16,6 +16,10 @@
 # RebootProgram (so `scontrol reboot ASAP` can be asked for; give one that does not reboot).
 # TFHOST_SLURM_RETURN_TO_SERVICE is slurm.conf's ReturnToService (default 2: a node set DOWN comes
 # back when slurmd registers; 1 keeps a node an administrator set DOWN down).
+# TFHOST_SLURM_NODES, when set, names more nodes (space-separated), in the same partition, with
+# no slurmd behind them: stand-ins for other hosts (the Ansible tests' containers) whose state a
+# play sets with scontrol (drain, resume). They start IDLE (set so by scontrol: they never
+# register, and no job runs on them).
 set -euo pipefail
 
 dir=${TFHOST_SLURM_DIR:-/run/tfhost-slurm}
@@ -25,13 +29,18 @@ healthcheck_interval=${TFHOST_SLURM_HEALTHCHECK_INTERVAL:-2}
 reboot_program=${TFHOST_SLURM_REBOOT_PROGRAM:-}
 return_to_service=${TFHOST_SLURM_RETURN_TO_SERVICE:-2}
 port=${TFHOST_SLURM_PORT:-16817}
+extra_nodes=${TFHOST_SLURM_NODES:-}
 conf="$dir/slurm.conf"
 
 die() { echo "local-cluster: $*" >&2; exit 1; }
 alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 write_config() {
-  local lib
+  local lib node nodes=localhost
+  for node in $extra_nodes; do
+    [[ $node =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$ ]] || die "'$node' in TFHOST_SLURM_NODES is not a node name"
+    nodes+=",$node"
+  done
   lib=$(dirname "$(find /usr/lib -name auth_munge.so -path '*slurm*' -print -quit)")
   cat >"$conf" <<CONF
 # Written by scripts/slurm/local-cluster.sh: a one-node cluster on loopback.
@@ -67,9 +76,14 @@ ${healthcheck:+HealthCheckProgram=$healthcheck
 HealthCheckInterval=$healthcheck_interval
 HealthCheckNodeState=ANY}
 ${reboot_program:+RebootProgram=$reboot_program}
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1024 State=UNKNOWN
-PartitionName=local Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
+  # The stand-ins come first: SLURM takes any unknown name for `localhost` while that is the
+  # only node it has read ("Duplicated NodeHostName").
+  for node in $extra_nodes; do
+    echo "NodeName=$node NodeAddr=127.0.0.1 CPUs=1 RealMemory=1024 State=UNKNOWN" >>"$conf"
+  done
+  echo "NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1024 State=UNKNOWN" >>"$conf"
+  echo "PartitionName=local Nodes=$nodes Default=YES MaxTime=INFINITE State=UP" >>"$conf"
 }
 
 start() {
@@ -89,7 +103,11 @@ start() {
   alive "$dir/slurmctld.pid" || slurmctld -f "$conf" -i
   alive "$dir/slurmd.pid" || slurmd -f "$conf"
   for _ in $(seq 1 60); do
-    if sinfo -h -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+    if sinfo -h -n localhost -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+      for node in $extra_nodes; do  # UNKNOWN (never registered) to IDLE: by DOWN, as SLURM allows
+        scontrol update "nodename=$node" state=down reason="local-cluster: stand-in" >/dev/null &&
+          scontrol update "nodename=$node" state=resume >/dev/null || die "cannot set $node idle"
+      done
       echo "export SLURM_CONF=$conf"
       return 0
     fi

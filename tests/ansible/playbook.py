@@ -51,6 +51,12 @@ class PlaybookRun:
         return {key: int(value) for key, value in match.groupdict().items() if key != "host"}
 
     @property
+    def recaps(self) -> dict[str, dict[str, int]]:
+        """Every host's PLAY RECAP line: host -> ok, changed, ..., failed."""
+        return {match["host"]: {key: int(value) for key, value in match.groupdict().items()
+                                if key != "host"} for match in RECAP.finditer(self.output)}
+
+    @property
     def failed_task(self) -> str:
         """Name of the first task that failed ("" when none did), e.g. "nvidia_driver : X"."""
         task = ""
@@ -64,6 +70,12 @@ class PlaybookRun:
     def explain(self) -> str:
         """The tail of the output, for assertion messages."""
         return f"rc={self.returncode}\n{self.output[-6000:]}"
+
+
+def site_role_order() -> list[str]:
+    """The roles tasks/site-roles.yml imports (site.yml's and upgrade.yml's), in order."""
+    tasks = yaml.safe_load((ANSIBLE_DIR / "tasks" / "site-roles.yml").read_text())
+    return [task["ansible.builtin.import_role"]["name"] for task in tasks]
 
 
 def write_inventory(path: Path, container: str, group: str = "gpu_hosts") -> Path:

@@ -16,7 +16,7 @@ import subprocess
 
 import yaml
 
-from tests.ansible.playbook import ANSIBLE_DIR, BIN
+from tests.ansible.playbook import ANSIBLE_DIR, BIN, site_role_order
 
 # Facts that tasks set themselves (getent, package_facts, dpkg_package_facts), not fact gathering.
 SET_BY_TASKS = {"getent_passwd", "packages"}
@@ -29,7 +29,7 @@ def _site_play() -> dict[str, object]:
 
 
 def _facts_read_by_site_roles() -> set[str]:
-    roles = [entry["role"] for entry in _site_play()["roles"]]  # type: ignore[attr-defined]
+    roles = site_role_order()
     used: set[str] = set()
     for role in [*roles, "repo_trust"]:
         for path in (ANSIBLE_DIR / "roles" / role).rglob("*"):

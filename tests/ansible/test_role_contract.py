@@ -14,7 +14,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from tests.ansible.playbook import ANSIBLE_DIR
+from tests.ansible.playbook import ANSIBLE_DIR, site_role_order
 
 ROLES = ["nvidia_driver", "cuda_toolkit", "cudnn", "docker", "nvidia_container_toolkit", "dcgm",
          "ngc", "tensorflow_host", "gpu_validate"]
@@ -68,9 +68,29 @@ def test_platform_task_files_exist_where_the_role_branches(role: str) -> None:
 
 
 def test_site_runs_the_roles_in_the_documented_order() -> None:
-    play = yaml.safe_load((ANSIBLE_DIR / "site.yml").read_text())[0]
-    assert [entry["role"] for entry in play["roles"]] == ROLES
-    assert play["vars"]["site_roles"] == ROLES
+    assert site_role_order() == ROLES
+    assert yaml.safe_load((ANSIBLE_DIR / "vars" / "site.yml").read_text())["site_roles"] == ROLES
+    tasks = yaml.safe_load((ANSIBLE_DIR / "tasks" / "site-roles.yml").read_text())
+    assert [task["tags"] for task in tasks] == [[role] for role in ROLES]
+
+
+@pytest.mark.parametrize("playbook", ["site.yml", "upgrade.yml"])
+def test_site_and_upgrade_share_the_checks_and_the_roles(playbook: str) -> None:
+    """Both import the same files: a role or check added to site.yml reaches upgrade.yml."""
+    [play] = yaml.safe_load((ANSIBLE_DIR / playbook).read_text())
+    imported = [task.get("ansible.builtin.import_tasks") for section in ("pre_tasks", "tasks")
+                for task in _flatten(play.get(section) or [])]
+    assert "tasks/site-checks.yml" in imported and "tasks/site-roles.yml" in imported
+    assert "vars/site.yml" in play["vars_files"]
+    site = yaml.safe_load((ANSIBLE_DIR / "site.yml").read_text())[0]
+    assert play["gather_subset"] == site["gather_subset"]
+
+
+def _flatten(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    flat: list[dict[str, Any]] = []
+    for task in tasks:
+        flat += [task, *_flatten(task.get("block") or [])]
+    return flat
 
 
 def test_every_repository_url_and_key_is_a_variable() -> None:

@@ -43,6 +43,7 @@ from tests.fixtures.aptrepo.catalog import driver_packages
 from tests.fixtures.aptrepo.signing import generate_key
 from tests.hardware.hgx import FAKE_PCI, give_machine
 from tests.hardware.machines import P100
+from tests.slurm.cluster import local_cluster
 from tests.support.background import BackgroundJobs, background_job
 from tests.support.pypi_mirror import pypi_mirror
 
@@ -587,17 +588,78 @@ TOOLKIT_1_18 = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
                 "libnvidia-container-tools", "libnvidia-container1"]
 
 
+@dataclass
+class RollingUpgrade:
+    """upgrade.yml over a fleet of four stand-ins, each a node of a local SLURM cluster."""
+
+    first: PlaybookRun  # upgrade.yml: the converged host upgraded, then the planted failure
+    second: PlaybookRun  # site.yml again on the upgraded host: nothing to change
+    hosts: list[str]  # in rollout order
+    nodes: dict[str, tuple[str, str]]  # node -> (State, Reason) after the rollout
+    slurm_log: str  # slurmctld's log: every drain and resume, in order
+
+
+def _node(env: dict[str, str], name: str) -> tuple[str, str]:
+    shown = subprocess.run(["scontrol", "show", "node", name], env=env, capture_output=True,
+                           text=True, check=True).stdout
+    state = re.search(r"State=(\S+)", shown)
+    reason = re.search(r"^\s*Reason=(.*?)(?: \[[^]@]*@[^]]*\])?$", shown, re.MULTILINE)
+    return (state.group(1) if state else "", reason.group(1) if reason else "")
+
+
 @pytest.fixture(scope="module")
-def upgrade(scenarios: Scenarios, pascal: PascalRuns) -> tuple[PlaybookRun, PlaybookRun]:
-    """The converged host (old versions, Pascal's proprietary modules) gets the new ones on
-    GPUs that take the open modules (branch 590 and a flavour change at once), then the same
-    play again. From 590 NVIDIA's pinning package tracks the branch."""
+def upgrade(scenarios: Scenarios, pascal: PascalRuns,
+            tmp_path_factory: pytest.TempPathFactory) -> RollingUpgrade:
+    """upgrade.yml moves the fleet to the new versions, one batch at a time (serial 1, then 2).
+
+    The fleet: the converged host (old versions, Pascal's proprietary modules), which gets the
+    new ones on GPUs that take the open modules (branch 590 and a flavour change at once); then
+    a batch of two: the fresh host, planted with a Secure Boot that refuses the driver (the
+    failure), beside the converged host again under a second name; then the fresh host under a
+    third, which the rollout must never reach. Each is a node of a local SLURM cluster (no slurmd
+    behind the stand-ins: scontrol on the controller sets their state); the play reaches it from
+    an inventory host of its own, the controller, as a fleet's SLURM controller. Then site.yml
+    again on the upgraded host. From 590 NVIDIA's pinning package tracks the branch."""
     assert pascal.first.returncode == 0, pascal.first.explain()
-    first = _rerun(scenarios, "upgrade-1", "--tags", UPGRADE_TAGS, extra=UPGRADE_VARS)
-    record_timing("upgrade to the second versions", first.seconds)
+    converged, fresh = scenarios.converge.result(), scenarios.fresh.result()
+    suffix = converged.host.name.rsplit("-", 1)[-1]
+    hosts = {converged.host.name: converged.host.name, fresh.host.name: fresh.host.name,
+             f"tfhost-ans-again-{suffix}": converged.host.name,
+             f"tfhost-ans-last-{suffix}": fresh.host.name}
+    docker_host = {"ansible_connection": "community.docker.docker",
+                   "ansible_python_interpreter": "/usr/bin/python3",
+                   "ansible_become_method": "sudo"}
+    inventory = scenarios.lab.path("fleet.inventory.yml")
+    inventory.write_text(yaml.safe_dump({"all": {
+        "hosts": {"slurm-controller": {"ansible_connection": "local",
+                                       "ansible_python_interpreter": sys.executable,
+                                       "ansible_become": False}},
+        "children": {"gpu_hosts": {"hosts": {
+            name: {**docker_host, "ansible_host": container}
+            for name, container in hosts.items()}}}}}, sort_keys=False))
+    mokutil = ("#!/bin/sh\n# mokutil on a Secure Boot machine without DKMS's key enrolled\n"
+               "case \"$1\" in --sb-state) echo 'SecureBoot enabled';;\n"
+               "  --test-key) echo \"$2 is not enrolled\"; exit 1;; esac\n")
+    with local_cluster(tmp_path_factory.mktemp("slurm"),
+                       TFHOST_SLURM_NODES=" ".join(hosts)) as env:
+        fresh.host.exec("tee", "/usr/bin/mokutil", stdin=mokutil)
+        fresh.host.exec("chmod", "755", "/usr/bin/mokutil")
+        try:
+            first = run_playbook(
+                inventory, [scenarios.lab.vars_file, scenarios.lab.extra_vars_file(
+                    "upgrade.yml", {**UPGRADE_VARS, "upgrade_serial": [1, 2],
+                                    "upgrade_slurm_controller": "slurm-controller",
+                                    "upgrade_slurm_conf": env["SLURM_CONF"],
+                                    "upgrade_drain_poll": 1, "upgrade_drain_timeout": 30})],
+                scenarios.lab.path("upgrade-1.log"), playbook="upgrade.yml")
+        finally:
+            fresh.host.exec("rm", "-f", "/usr/bin/mokutil")
+        record_timing("rolling upgrade (upgrade.yml) to the second versions", first.seconds)
+        nodes = {name: _node(env, name) for name in hosts}
+        slurm_log = (Path(env["TFHOST_SLURM_DIR"]) / "slurmctld.log").read_text()
     second = _rerun(scenarios, "upgrade-2", "--tags", UPGRADE_TAGS, extra=UPGRADE_VARS)
     record_timing("re-run after the upgrade", second.seconds)
-    return first, second
+    return RollingUpgrade(first, second, list(hosts), nodes, slurm_log)
 
 
 def _installed(scenarios: Scenarios) -> dict[str, str]:
@@ -718,13 +780,12 @@ def test_a_580_host_takes_no_590_package_even_through_a_meta_package(
     assert "590." not in pascal.unheld, pascal.unheld
 
 
-def test_upgrade_installs_the_new_versions(scenarios: Scenarios,
-                                           upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+def test_upgrade_installs_the_new_versions(scenarios: Scenarios, upgrade: RollingUpgrade) -> None:
     """A new branch, CUDA release, cuDNN and toolkit build replace the held old ones; the
     proprietary modules Pascal needed give way to the open ones; NVIDIA's pinning package
     for 590 is installed."""
-    first, _ = upgrade
-    assert first.returncode == 0, first.explain()
+    first = upgrade.first
+    assert first.recaps[upgrade.hosts[0]]["failed"] == 0, first.explain()
     installed = _installed(scenarios)
     assert {name: installed.get(name) for name in DRIVER_PACKAGES} == dict.fromkeys(
         DRIVER_PACKAGES, "590.48.01-1")
@@ -744,16 +805,62 @@ def test_upgrade_installs_the_new_versions(scenarios: Scenarios,
     assert 'DRIVER_VERSION = "590.48.01"' in smi, "nvidia-smi is not the new branch's"
 
 
-def test_upgrade_holds_the_new_versions(scenarios: Scenarios,
-                                        upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
+def test_upgrade_holds_the_new_versions(scenarios: Scenarios, upgrade: RollingUpgrade) -> None:
     """What moved is held again, so a plain `apt upgrade` cannot move it on."""
-    assert upgrade[0].returncode == 0, upgrade[0].explain()
+    assert upgrade.first.recaps[upgrade.hosts[0]]["failed"] == 0, upgrade.first.explain()
     held = set(scenarios.converge.result().host.exec("apt-mark", "showhold").stdout.split())
     wanted = {*DRIVER_PACKAGES, "cuda-toolkit-12-9", *CUDNN_9_10, *TOOLKIT_1_18}
     assert wanted - held == set()
 
 
-def test_rerun_after_the_upgrade_changes_nothing(upgrade: tuple[PlaybookRun, PlaybookRun]) -> None:
-    _, second = upgrade
+def test_rerun_after_the_upgrade_changes_nothing(upgrade: RollingUpgrade) -> None:
+    second = upgrade.second
     assert second.returncode == 0, second.explain()
     assert second.recap["changed"] == 0, second.explain()
+
+
+def _log_lines(log: str, node: str) -> list[str]:
+    """slurmctld's lines about `node`'s drains and resumes, in order."""
+    return [line for line in log.splitlines()
+            if f"node {node} " in line and ("reason set to" in line or "state set to" in line)]
+
+
+def test_rolling_upgrade_drains_upgrades_and_resumes_the_good_host(upgrade: RollingUpgrade) -> None:
+    """The first host's node was drained with the play's reason before its upgrade, and resumed
+    after it passed: idle again, no reason left."""
+    first, good = upgrade.first, upgrade.hosts[0]
+    assert first.recaps[good]["failed"] == 0, first.explain()
+    assert upgrade.nodes[good][0] == "IDLE" or upgrade.nodes[good][0].startswith("IDLE+NOT_RESP"), (
+        upgrade.nodes[good])
+    assert "DRAIN" not in upgrade.nodes[good][0] and upgrade.nodes[good][1] == "", upgrade.nodes
+    lines = _log_lines(upgrade.slurm_log, good)
+    drains = [n for n, line in enumerate(lines) if "reason set to: workloads-upgrade: upgrading to "
+              "driver branch 590; host; wait for upgrade.yml; since " in line]
+    resumes = [n for n, line in enumerate(lines) if "state set to IDLE" in line]
+    assert drains and resumes and drains[0] < resumes[-1], lines
+    said = " ".join(first.output.split())
+    assert f"{good} upgraded to driver branch 590 and validated; SLURM node {good} resumed." in said
+
+
+def test_rolling_upgrade_stops_at_the_failing_host_and_leaves_it_drained(
+        upgrade: RollingUpgrade) -> None:
+    """The planted failure (Secure Boot refuses the driver) on the second batch's first host:
+    its node stays drained, the reason naming the step; the host beside it in that batch stops
+    there too (max_fail_percentage 0), drained; the last host is never reached."""
+    first = upgrade.first
+    _, failing, beside, last = upgrade.hosts
+    assert first.returncode != 0
+    assert first.recaps[failing]["failed"] == 1, first.explain()
+    state, reason = upgrade.nodes[failing]
+    assert "DRAIN" in state.split("+"), upgrade.nodes
+    step = "Refuse Secure Boot without an enrolled key"
+    assert reason.startswith(f"workloads-upgrade: failed at {step}"), reason
+    assert "; host; fix it, run upgrade.yml again; since " in reason
+    said = " ".join(first.output.split())
+    assert f"The upgrade of {failing} failed at" in said and "The rollout stops" in said
+    assert f"Its SLURM node {failing} stays drained" in said
+    assert "DRAIN" in upgrade.nodes[beside][0].split("+"), upgrade.nodes
+    assert upgrade.nodes[beside][1].startswith("workloads-upgrade:"), upgrade.nodes
+    assert last not in first.recaps, first.explain()
+    assert upgrade.nodes[last] in {("IDLE", ""), ("IDLE+NOT_RESPONDING", "")}, upgrade.nodes
+    assert _log_lines(upgrade.slurm_log, last) == []

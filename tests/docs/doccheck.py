@@ -711,11 +711,12 @@ def ansible_names(root: Path = ROOT) -> AnsibleNames:
             for name in facts:
                 other.setdefault(str(name), "fact")
 
-    tasks = [*ansible.glob("*.yml"), *ansible.glob("roles/*/tasks/*.yml"),
-             *ansible.glob("roles/*/handlers/*.yml")]
+    tasks = [*ansible.glob("*.yml"), *ansible.glob("tasks/*.yml"),
+             *ansible.glob("roles/*/tasks/*.yml"), *ansible.glob("roles/*/handlers/*.yml")]
     for path in tasks:
         _walk(yaml.safe_load(path.read_text(encoding="utf-8")), visit)
-    for playbook in ansible.glob("*.yml"):
+    plays = [*ansible.glob("*.yml"), *ansible.glob("tasks/*.yml"), *ansible.glob("vars/*.yml")]
+    for playbook in plays:
         for name in re.findall(r"\b[a-z][a-z0-9_]+\b", playbook.read_text(encoding="utf-8")):
             other.setdefault(name, "play variable")
     return AnsibleNames(options, other, frozenset(carried))

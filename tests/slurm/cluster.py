@@ -1,0 +1,49 @@
+"""Start and stop scripts/slurm/local-cluster.sh (a real one-machine SLURM cluster on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = REPO / "scripts" / "slurm" / "local-cluster.sh"
+
+
+def free_port_pair() -> int:
+    """A loopback port P with P+1 also free (slurmctld and slurmd)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port < 65535:
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free pair of loopback ports")
+
+
+@contextmanager
+def local_cluster(state: Path, **settings: str) -> Iterator[dict[str, str]]:
+    """The environment (SLURM_CONF set) of a cluster started under `state`, stopped on leaving.
+
+    `settings` are local-cluster.sh's TFHOST_SLURM_* variables (e.g. TFHOST_SLURM_NODES)."""
+    env = {**os.environ, "TFHOST_SLURM_DIR": str(state),
+           "TFHOST_SLURM_PORT": str(free_port_pair()), **settings}
+    started = subprocess.run([CLUSTER, "start"], env=env, capture_output=True, text=True,
+                             check=False)
+    if started.returncode != 0:
+        subprocess.run([CLUSTER, "stop"], env=env, check=False, capture_output=True)
+        raise RuntimeError(f"local SLURM cluster did not start: {started.stderr.strip()}")
+    env["SLURM_CONF"] = started.stdout.strip().split("=", 1)[1]
+    try:
+        yield env
+    finally:
+        subprocess.run(["scancel", "--user=root"], env=env, check=False, capture_output=True)
+        subprocess.run([CLUSTER, "stop"], env=env, check=False, capture_output=True)
