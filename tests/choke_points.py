@@ -287,8 +287,28 @@ class _Visitor(ast.NodeVisitor):
             self._flag("write", node)
 
     def _read_rules(self, node: ast.Call, name: str, attr: str) -> None:
-        if name in READERS or attr in ("read_text", "read_bytes"):
+        if name in READERS or attr in ("read_text", "read_bytes") or self._opens_to_read(node, name,
+                                                                                         attr):
             self._flag("read", node)
+
+    @staticmethod
+    def _opens_to_read(node: ast.Call, name: str, attr: str) -> bool:
+        """``open(p)``, ``path.open("rb")``, ``tarfile.open(p)``: a file opened by a name that
+        is not a literal, to read (its bytes then go to whatever decoder, bounded or not)."""
+        if name in OPEN_MODE_SECOND and name not in ("os.fdopen",):
+            given = node.args[0] if node.args else next(
+                (k.value for k in node.keywords if k.arg in ("file", "name", "filename")), None)
+            return given is not None and not isinstance(given, ast.Constant) \
+                and not _writes(_mode(node, 1))
+        if attr != "open" or name in ("os.open",) or name.startswith("safefs."):
+            return False
+        # Path.open(mode): no argument, or a literal read mode first (webbrowser.open(url),
+        # opener.open(url) and Image.open(path) take a name first)
+        first = node.args[0] if node.args else None
+        mode = _mode(node, 0 if isinstance(first, ast.Constant) else None)
+        if first is not None and not isinstance(first, ast.Constant):
+            return False
+        return not _writes(mode) and (mode is None or set(mode) <= set("rbt"))
 
     def _print_rules(self, node: ast.Call, name: str, attr: str) -> None:
         owner = name.rsplit(".", 1)[0].rsplit(".", 1)[-1].lower() if "." in name else ""

@@ -55,7 +55,20 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("workloads/sweep/explorer.py", "read", "render_explorer"): "the package's own template",
     ("workloads/sweep/database.py", "read", "_load"):
         "pickle.loads only after workloads.pickle_walk.check_pickle passed the opcode stream",
-    # --- reads: untrusted, to move onto workloads/bounded.py (issue 48, readers) -------
+    ("ansible/roles/gpu_passthrough/library/gpu_passthrough_facts.py", "read", "_read_hex"):
+        "an Ansible module reading a sysfs attribute of the managed host: the kernel's",
+    ("ansible/roles/nvidia_driver/library/nvidia_gpu_facts.py", "read", "_hex"):
+        "an Ansible module reading a sysfs attribute of the managed host: the kernel's",
+    ("ansible/roles/nvidia_driver/library/nvidia_kernel_modules.py", "read", "marker_signed"):
+        "an Ansible module reading the tail marker of a kernel module root's DKMS built",
+    ("ansible/roles/nvidia_driver/library/nvidia_kernel_modules.py", "read", "build_log"):
+        "an Ansible module reading the make.log root's DKMS wrote under /var/lib/dkms",
+    ("ansible/roles/nvidia_driver/library/nvidia_kernel_modules.py", "read", "_log_mentions"):
+        "an Ansible module reading the make.log root's DKMS wrote under /var/lib/dkms",
+    ("ansible/roles/nvidia_driver/library/secure_boot_sources.py", "read", "read_variable"):
+        "an Ansible module reading an EFI variable from efivarfs: the firmware's, via the kernel",
+    ("ansible/roles/repo_trust/library/repo_trust_entries.py", "read", "read_files"):
+        "an Ansible module reading root's own /etc/apt and /etc/yum.repos.d entries to edit them",
     # --- prints of fields that are not from another machine ---------------------------
     ("workloads/check.py", "print", "run"):
         "the device name TensorFlow gives on this host, not a record's",
@@ -123,6 +136,11 @@ FLAGGED = {
         "from json import load\nload(fh)", "import yaml as y\ny.safe_load(t)", "yaml.compose(t)",
         "tomllib.load(fh)", "marshal.loads(b)", "np.fromfile(p)", "np.loadtxt(p)",
         "from PIL import Image\nImage.open(p)", "Image.open(p)",
+        # a file opened by name to read, then decoded by anything (the next variants)
+        "json.loads(open(p).read())", 'with path.open("rb") as s:\n    raw = s.read(1 << 26)',
+        "np.frombuffer(p.open().read(), np.uint8)", 'io.open(p, "rb")',
+        "configparser.ConfigParser().read_file(open(p))", "tarfile.open(p)",
+        'gzip.open(p, "rt")', "zipfile.ZipFile(p)",
     ],
     "print": [
         "print(record['host'])", 'print(f"{h.host} failed")', "print(row.get('reason'))",
@@ -141,7 +159,9 @@ FLAGGED = {
     ],
 }
 CLEAN = [
-    'open(p)', 'open(p, "rb")', "os.open(p, os.O_RDONLY)", "safefs.write_bytes(p, b'x')",
+    'open("/proc/meminfo")', 'open("/proc/self/maps", "rb")', "os.open(p, os.O_RDONLY)",
+    "webbrowser.open(url)", "opener.open(url, timeout=t)", "os.fdopen(fd, 'rb')",
+    "tarfile.open(fileobj=stream, mode='r|')", "safefs.write_bytes(p, b'x')",
     "json.loads(text)", "print(printable.line(h.host))", 'print(f"{clip(r.reason)}")',
     "print(figures['read_s'])", "frame.to_csv()", "module.fail_json(msg=shown(info.get('msg')))",
     "with safefs.writing(p) as fh:\n    fig.savefig(fh, format='png')",
