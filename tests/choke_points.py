@@ -19,7 +19,11 @@ read (only ``workloads/bounded.py`` and ``workloads/pickle_walk.py`` decode untr
     ``json.load``, ``yaml.load``/``safe_load``/``full_load``/``unsafe_load``/
     ``load_all``/``safe_load_all``, ``pickle.load``/``loads``, ``csv.reader``/
     ``DictReader``, ``numpy.load``, ``pandas.read_csv``/``read_json``/``read_pickle``,
-    ``Path.read_text``/``read_bytes``.
+    ``Path.read_text``/``read_bytes``; and a file opened by a name that is not a literal
+    to read (``open(p)``, ``path.open("rb")``, ``io.open``, ``tarfile.open(p)``,
+    ``gzip.open(p)``, ``zipfile.ZipFile(p)``): what it reads then reaches any decoder
+    (``json.loads``, ``np.frombuffer``, ``configparser``), through a link or a FIFO and
+    with no cap, so it is read by ``bounded`` instead (``open("/proc/meminfo")`` passes).
 print (only ``workloads/printable.py`` makes record text printable)
     ``print``, ``sys.stdout.write``/``sys.stderr.write`` and ``module.fail_json``/
     ``warn`` whose argument holds a record field: a subscript by such a name
