@@ -150,3 +150,35 @@ def test_the_record_health_counts_gpus_from_is_read_as_every_record(tmp_path: Pa
     report.add("over-the-record-cap", outcome,
                also=[] if "bytes, over the" in outcome.stderr else ["read whole, not refused"])
     report.check()
+
+
+def test_a_record_s_text_reaches_report_md_shown(tmp_path: Path) -> None:
+    """``workloads report RUN``: every text field of a record (workload, model, devices,
+    precision, status) and the record's file name go into report.md's table. They went in
+    raw (ESC, BEL, CSI kept for the next ``cat``): the cell function is named as a
+    sanitiser is, so the scanner took it for one, but it only escaped ``|``."""
+    from tests.security.harness import printed_problems, unprintable
+
+    box = Sandbox.make(tmp_path)
+    budget = Budget(memory_mib=256, wall_s=20)
+    report = FamilyReport("record text (`workloads report RUN`, report.md)", budget,
+                          contract=printed_problems)
+    hostile = "\x1b[2J\x07\x9b31m\u202e"
+    plain = box.trusted / "plain"
+    plain.mkdir()
+    (plain / "a.json").write_text(json.dumps({"workload": "cifar10", "status": "done"}))
+    report.baseline_mib = baseline(["report", str(plain), "-o", str(box.trusted / "o0")],
+                                   box, budget)
+    run = box.trusted / "run"
+    run.mkdir()
+    record = {"workload": "accept" + hostile, "model": "m" + hostile, "status": "done" + hostile,
+              "precision": "p" + hostile, "devices": ["GPU" + hostile, "GPU" + hostile]}
+    (run / f"r{hostile[:2]}.json").write_text(json.dumps(record))
+    output = box.trusted / "out"
+    outcome = run_child(["report", str(run), "-o", str(output)], box, budget)
+    written = output / "report.md"
+    text = written.read_text(errors="replace") if written.is_file() else ""
+    report.add("controls in every text field", outcome,
+               also=[f"report.md holds {bad!r}" for bad in [unprintable(text)] if bad]
+               + ([] if text else ["report.md not written"]))
+    report.check()
