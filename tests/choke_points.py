@@ -10,6 +10,11 @@ write (only ``workloads/safefs.py`` writes files)
     ``O_RDWR``, ``O_CREAT``, ``O_APPEND`` or ``O_TRUNC``; ``.write_text``/``.write_bytes``
     (but ``safefs.``'s own); ``mkdir``/``makedirs``; ``os.replace``/``os.rename``/
     ``shutil.copy*``/``shutil.move``; ``tempfile.mkstemp``/``NamedTemporaryFile``;
+    removing or changing a file by name (``unlink``, ``rmdir``, ``shutil.rmtree``,
+    ``chmod``, ``chown``, ``utime``, ``extractall``, ``unpack_archive``) unless relative
+    to a checked directory (``dir_fd=``); libraries given a name to write to later
+    (Keras' ``ModelCheckpoint``/``CSVLogger``/``TensorBoard``, ``save_weights``,
+    ``tf.summary.create_file_writer``, logging's ``FileHandler``/``basicConfig(filename=)``);
     pandas' ``.to_csv``/``.to_json``/``.to_pickle`` given a target; and ``savefig`` or
     ``.save`` unless their first argument (``str()`` of it included) is a name bound
     by ``with safefs.<function>(...) as NAME`` around the call or assigned from
@@ -19,7 +24,11 @@ read (only ``workloads/bounded.py`` and ``workloads/pickle_walk.py`` decode untr
     ``json.load``, ``yaml.load``/``safe_load``/``full_load``/``unsafe_load``/
     ``load_all``/``safe_load_all``, ``pickle.load``/``loads``, ``csv.reader``/
     ``DictReader``, ``numpy.load``, ``pandas.read_csv``/``read_json``/``read_pickle``,
-    ``Path.read_text``/``read_bytes``.
+    ``Path.read_text``/``read_bytes``; and a file opened by a name that is not a literal
+    to read (``open(p)``, ``path.open("rb")``, ``io.open``, ``tarfile.open(p)``,
+    ``gzip.open(p)``, ``zipfile.ZipFile(p)``): what it reads then reaches any decoder
+    (``json.loads``, ``np.frombuffer``, ``configparser``), through a link or a FIFO and
+    with no cap, so it is read by ``bounded`` instead (``open("/proc/meminfo")`` passes).
 print (only ``workloads/printable.py`` makes record text printable)
     ``print``, ``sys.stdout.write``/``sys.stderr.write`` and ``module.fail_json``/
     ``warn`` whose argument holds a record field: a subscript by such a name
@@ -30,7 +39,11 @@ print (only ``workloads/printable.py`` makes record text printable)
     a local name bound from such a field (``host = record["host"]``, ``for reason in
     f.reasons``, ``label = f"{host}:"``) holds it too. rich's ``Console.print`` and a
     table's ``add_row``/``add_column`` print as well (rich passes ESC through and reads
-    ``[...]`` in a string as markup).
+    ``[...]`` in a string as markup). So do ``sys.exit``/``SystemExit`` (to stderr),
+    argparse's ``parser.error``, ``warnings.warn``, ``os.write(1|2, ...)``, the
+    ``.buffer`` of stdout and stderr, ``rich.print``, ``pprint`` and ``tqdm.write``; and a
+    call of a function of the same module that returns such a field raw
+    (:func:`returning_fields`) holds it as the field does.
 
 A finding is ``(path, rule, function, line, source)``; the allow-list in the test
 names ``(path, rule, function)``, so a line moving does not break it.
@@ -60,7 +73,17 @@ PLACING = {"os.replace", "os.rename", "shutil.copy", "shutil.copy2", "shutil.cop
            "os.popen", "np.save", "np.savez", "np.savez_compressed", "np.savetxt", "plt.imsave"}
 # methods that make or change a file by name whatever their owner is called
 WRITE_METHODS = {"mkdir", "makedirs", "touch", "symlink_to", "hardlink_to", "rename", "tofile",
-                 "savez", "savez_compressed", "savetxt", "imsave"}
+                 "savez", "savez_compressed", "savetxt", "imsave",
+                 # remove or change a file by name: through a planted link on the way to it
+                 "unlink", "rmdir", "chmod", "lchmod", "extractall", "save_weights",
+                 # libraries that open a file by the name they are given, later
+                 "ModelCheckpoint", "BackupAndRestore", "CSVLogger", "TensorBoard",
+                 "create_file_writer", "FileHandler", "RotatingFileHandler",
+                 "TimedRotatingFileHandler", "WatchedFileHandler"}
+# ... and functions that do, by their module's name
+REMOVING = {"shutil.rmtree", "os.remove", "os.unlink", "os.rmdir", "os.removedirs", "os.chmod",
+            "os.chown", "os.lchown", "os.utime", "shutil.chown", "shutil.unpack_archive",
+            "shutil.make_archive", "tf.io.write_file", "tf.io.gfile.makedirs"}
 READERS = {"json.load", "yaml.load", "yaml.safe_load", "yaml.full_load", "yaml.unsafe_load",
            "yaml.load_all", "yaml.safe_load_all", "pickle.load", "pickle.loads", "csv.reader",
            "csv.DictReader", "np.load", "numpy.load", "pd.read_csv", "pd.read_json",
@@ -79,6 +102,10 @@ OPENERS = {"open", "io.open", "os.open", "builtins.open", "os.fdopen", "pathlib.
 LOG_CALLS = {"debug", "info", "warning", "error", "critical", "exception", "log"}
 RECORD_FIELDS = {"host", "hostname", "reason", "reasons", "error", "group", "note", "msg",
                  "message", "device", "item", "detail", "details"}
+# what prints its argument (or, SystemExit and sys.exit, writes it to stderr on the way out)
+PRINTERS = {"print", "sys.exit", "SystemExit", "exit", "quit", "pprint.pprint", "pprint.pp",
+            "rich.print", "typer.echo", "tqdm.write", "tqdm.tqdm.write", "warnings.warn",
+            "sys.stdout.buffer.write", "sys.stderr.buffer.write"}
 SANITIZERS = {"line", "clip", "brief", "one_line", "shown", "printable", "shorten", "cell"}
 SCOPES = ("workloads", "scripts", "ansible/filter_plugins", "ansible/library")
 
@@ -189,6 +216,10 @@ class _Visitor(ast.NodeVisitor):
     visit_FunctionDef = _function
     visit_AsyncFunctionDef = _function
 
+    def visit_Module(self, node: ast.Module) -> None:
+        self.tainted[0] = self.tainted[0] | returning_fields(node)
+        self.generic_visit(node)
+
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.functions.append(node.name)
         self.generic_visit(node)
@@ -281,23 +312,51 @@ class _Visitor(ast.NodeVisitor):
             if isinstance(target, ast.Call) and dotted(target.func) == "str" and target.args:
                 target = target.args[0]
             flagged = not (isinstance(target, ast.Name) and target.id in self.placed[-1])
+        elif attr == "basicConfig":
+            flagged = any(k.arg == "filename" for k in node.keywords)
+        elif name in REMOVING or attr in ("unlink", "rmdir", "chmod"):
+            # relative to a directory descriptor checked before (dir_fd=): no link on the way
+            flagged = not any(k.arg == "dir_fd" for k in node.keywords)
         else:
             flagged = attr in WRITE_METHODS or name in PLACING
         if flagged:
             self._flag("write", node)
 
     def _read_rules(self, node: ast.Call, name: str, attr: str) -> None:
-        if name in READERS or attr in ("read_text", "read_bytes"):
+        if name in READERS or attr in ("read_text", "read_bytes") or self._opens_to_read(node, name,
+                                                                                         attr):
             self._flag("read", node)
+
+    @staticmethod
+    def _opens_to_read(node: ast.Call, name: str, attr: str) -> bool:
+        """``open(p)``, ``path.open("rb")``, ``tarfile.open(p)``: a file opened by a name that
+        is not a literal, to read (its bytes then go to whatever decoder, bounded or not)."""
+        if name in OPEN_MODE_SECOND and name not in ("os.fdopen",):
+            given = node.args[0] if node.args else next(
+                (k.value for k in node.keywords if k.arg in ("file", "name", "filename")), None)
+            return given is not None and not isinstance(given, ast.Constant) \
+                and not _writes(_mode(node, 1))
+        if attr != "open" or name in ("os.open",) or name.startswith("safefs."):
+            return False
+        # Path.open(mode): no argument, or a literal read mode first (webbrowser.open(url),
+        # opener.open(url) and Image.open(path) take a name first)
+        first = node.args[0] if node.args else None
+        mode = _mode(node, 0 if isinstance(first, ast.Constant) else None)
+        if first is not None and not isinstance(first, ast.Constant):
+            return False
+        return not _writes(mode) and (mode is None or set(mode) <= set("rbt"))
 
     def _print_rules(self, node: ast.Call, name: str, attr: str) -> None:
         owner = name.rsplit(".", 1)[0].rsplit(".", 1)[-1].lower() if "." in name else ""
-        printing = (name == "print" or name in ("sys.stdout.write", "sys.stderr.write",
-                                                "click.echo", "click.secho")
+        printing = (name in PRINTERS or name in ("sys.stdout.write", "sys.stderr.write",
+                                                 "click.echo", "click.secho")
+                    or (name == "os.write" and node.args and isinstance(node.args[0], ast.Constant)
+                        and node.args[0].value in (1, 2))
                     or attr in ("fail_json", "warn")
                     # rich passes ESC through and reads "[...]" as markup
                     or (attr == "print" and "console" in owner.lower())
                     or attr in ("add_row", "add_column")
+                    or (attr == "error" and "parser" in owner)  # argparse: to stderr, exit 2
                     or (attr in LOG_CALLS and ("log" in owner or name.startswith("logging."))))
         if not printing:
             return
@@ -335,15 +394,36 @@ def tainted_names(function: ast.AST, outer: set[str]) -> set[str]:
         tainted = grown
 
 
+def returning_fields(module: ast.Module) -> set[str]:
+    """``name()`` for each function of ``module`` that returns a record field's text raw
+    (``def label(r): return f"{r.host}:"``), to a fixed point (one returning another's
+    result): a call of it holds the field as the field itself would."""
+    functions = [n for n in ast.walk(module)
+                 if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    returning: set[str] = set()
+    while True:
+        grown = set(returning)
+        for function in functions:
+            local = tainted_names(function, returning)
+            if any(isinstance(n, ast.Return) and n.value is not None and _raw_field(n.value, local)
+                   for n in ast.walk(function)):
+                grown.add(f"{function.name}()")
+        if grown == returning:
+            return returning
+        returning = grown
+
+
 def _raw_field(node: ast.AST, tainted: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
-    """Does ``node`` hold a record field (or a local name holding one) that no sanitising
-    call wraps?"""
+    """Does ``node`` hold a record field (or a local name holding one, or the result of a
+    function returning one: ``name()`` in ``tainted``) that no sanitising call wraps?"""
     if isinstance(node, ast.Name) and node.id in tainted:
         return True
     if isinstance(node, ast.Call):
         callee = dotted(node.func).rsplit(".", 1)[-1]
         if callee.lstrip("_") in SANITIZERS:
             return False
+        if f"{callee}()" in tainted:
+            return True
         if callee == "dumps" and not any(k.arg == "ensure_ascii" for k in node.keywords):
             return False  # JSON escapes every control character and (ensure_ascii) all past ~
         if callee == "get" and node.args and isinstance(node.args[0], ast.Constant) \

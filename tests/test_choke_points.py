@@ -55,8 +55,27 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("workloads/sweep/explorer.py", "read", "render_explorer"): "the package's own template",
     ("workloads/sweep/database.py", "read", "_load"):
         "pickle.loads only after workloads.pickle_walk.check_pickle passed the opcode stream",
-    # --- reads: untrusted, to move onto workloads/bounded.py (issue 48, readers) -------
+    ("ansible/roles/gpu_passthrough/library/gpu_passthrough_facts.py", "read", "_read_hex"):
+        "an Ansible module reading a sysfs attribute of the managed host: the kernel's",
+    ("ansible/roles/nvidia_driver/library/nvidia_gpu_facts.py", "read", "_hex"):
+        "an Ansible module reading a sysfs attribute of the managed host: the kernel's",
+    ("ansible/roles/nvidia_driver/library/nvidia_kernel_modules.py", "read", "marker_signed"):
+        "an Ansible module reading the tail marker of a kernel module root's DKMS built",
+    ("ansible/roles/nvidia_driver/library/nvidia_kernel_modules.py", "read", "build_log"):
+        "an Ansible module reading the make.log root's DKMS wrote under /var/lib/dkms",
+    ("ansible/roles/nvidia_driver/library/nvidia_kernel_modules.py", "read", "_log_mentions"):
+        "an Ansible module reading the make.log root's DKMS wrote under /var/lib/dkms",
+    ("ansible/roles/nvidia_driver/library/secure_boot_sources.py", "read", "read_variable"):
+        "an Ansible module reading an EFI variable from efivarfs: the firmware's, via the kernel",
+    ("ansible/roles/repo_trust/library/repo_trust_entries.py", "read", "read_files"):
+        "an Ansible module reading root's own /etc/apt and /etc/yum.repos.d entries to edit them",
+    ("scripts/tfhost/commands/run.py", "write", "run"):
+        "removes the 0700 directory tempfile.mkdtemp made for this run a few lines above",
+    ("ansible/filter_plugins/openpgp.py", "write", "gnupg_home"):
+        "removes the throwaway GnuPG home tempfile.mkdtemp made for this filter call",
     # --- prints of fields that are not from another machine ---------------------------
+    ("workloads/accept/output.py", "print", "print_table"):
+        "the p2p matrix this host measured (NVML's link names); its labels go through _cell",
     ("workloads/check.py", "print", "run"):
         "the device name TensorFlow gives on this host, not a record's",
     ("workloads/check.py", "print", "_print"):
@@ -115,6 +134,13 @@ FLAGGED = {
         'subprocess.run(f"x > {p}", shell=True)',
         'os.sys' 'tem("x > y")',  # split: test_stdio bans that call's text in the tests
         'json.dump(obj, open(p, "w"))',
+        # remove or change a file by name, and libraries that write by the name given later
+        "shutil.rmtree(p)", "os.remove(p)", "os.unlink(p)", "p.unlink()", "os.rmdir(p)",
+        "os.chmod(p, 0o777)", "p.chmod(0o777)", "os.chown(p, 0, 0)", "os.utime(p)",
+        "tar.extractall(d)", "shutil.unpack_archive(a, d)", "model.save_weights(p)",
+        "keras.callbacks.ModelCheckpoint(p)", "tf.keras.callbacks.CSVLogger(p)",
+        "tf.keras.callbacks.TensorBoard(log_dir=d)", "tf.summary.create_file_writer(d)",
+        "logging.FileHandler(p)", "logging.basicConfig(filename=p)", "tf.io.write_file(p, b)",
     ],
     "read": [
         "json.load(fh)", "yaml.safe_load(text)", "yaml.load(fh, Loader=L)", "pickle.load(fh)",
@@ -123,6 +149,11 @@ FLAGGED = {
         "from json import load\nload(fh)", "import yaml as y\ny.safe_load(t)", "yaml.compose(t)",
         "tomllib.load(fh)", "marshal.loads(b)", "np.fromfile(p)", "np.loadtxt(p)",
         "from PIL import Image\nImage.open(p)", "Image.open(p)",
+        # a file opened by name to read, then decoded by anything (the next variants)
+        "json.loads(open(p).read())", 'with path.open("rb") as s:\n    raw = s.read(1 << 26)',
+        "np.frombuffer(p.open().read(), np.uint8)", 'io.open(p, "rb")',
+        "configparser.ConfigParser().read_file(open(p))", "tarfile.open(p)",
+        'gzip.open(p, "rt")', "zipfile.ZipFile(p)",
     ],
     "print": [
         "print(record['host'])", 'print(f"{h.host} failed")', "print(row.get('reason'))",
@@ -138,10 +169,19 @@ FLAGGED = {
         "console.print(r.reason)", "Console().print(h.host)", "table.add_row(h.host, 'x')",
         "table.add_column(r['device'])",
         "def f(r):\n    text = json.dumps(r['host'], ensure_ascii=False)\n    print(text)",
+        # through a function's return value, and what else writes to the terminal
+        "def label(r):\n    return f\"{r['host']}:\"\ndef f(r):\n    print(label(r))",
+        "def a(r):\n    return r.reason\ndef b(r):\n    return a(r)\nprint(b(x))",
+        "def f(r):\n    sys.exit(f\"bad host {r['host']}\")", "raise SystemExit(r.reason)",
+        "parser.error(r.host)", "warnings.warn(r.reason)", "os.write(2, r.host.encode())",
+        "sys.stdout.buffer.write(r.host.encode())", "rich.print(r.host)",
+        "pprint.pprint(r['host'])", "tqdm.write(r.host)",
     ],
 }
 CLEAN = [
-    'open(p)', 'open(p, "rb")', "os.open(p, os.O_RDONLY)", "safefs.write_bytes(p, b'x')",
+    'open("/proc/meminfo")', 'open("/proc/self/maps", "rb")', "os.open(p, os.O_RDONLY)",
+    "webbrowser.open(url)", "opener.open(url, timeout=t)", "os.fdopen(fd, 'rb')",
+    "tarfile.open(fileobj=stream, mode='r|')", "safefs.write_bytes(p, b'x')",
     "json.loads(text)", "print(printable.line(h.host))", 'print(f"{clip(r.reason)}")',
     "print(figures['read_s'])", "frame.to_csv()", "module.fail_json(msg=shown(info.get('msg')))",
     "with safefs.writing(p) as fh:\n    fig.savefig(fh, format='png')",
@@ -156,6 +196,9 @@ CLEAN = [
     'def f(record):\n    host = printable.line(record["host"])\n    print(host)',
     "def f(record):\n    print(json.dumps(record['host']))", "table.add_row(_cell(h.host))",
     "console.print(printable.line(r.reason))", "def f(r):\n    n = r['count']\n    print(n)",
+    "os.unlink(name, dir_fd=folder)", "shutil.rmtree(name, dir_fd=folder)", "os.write(fd, data)",
+    "def label(r):\n    return printable.line(r['host'])\ndef f(r):\n    print(label(r))",
+    "sys.exit(main())", "parser.error(f'--tree {spec!r}: want LABEL=PATH')",
 ]
 
 

@@ -24,6 +24,9 @@ What a server says is untrusted too, so a download is bounded in size, time and 
   :data:`MIN_RATE`): a server that drips a byte at a time, each within the socket's
   timeout, is cut off instead of read for ever. The body is read with ``read1``
   (what one ``recv`` returned), so the checks run after every packet;
+* only ``http`` and ``https`` are spoken, and a redirect to any other scheme is
+  refused: urllib's own opener would follow a redirect to ``ftp``, whose control
+  connection keeps none of these bounds;
 * whatever ``http.client`` raises on a malformed response (a bad status line, too
   many or too long headers, a bad chunk size, ``ValueError`` included) becomes one
   :class:`BadResponse`, an ``OSError`` whose message is one line.
@@ -37,6 +40,8 @@ import io
 import os
 import socket
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,8 +244,32 @@ def _deadline_connection(base: type[http.client.HTTPConnection], deadline: float
     return Connection
 
 
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, to ``http`` and ``https`` only.
+
+    urllib follows a redirect to ``ftp`` as well, and its FTP handler's control
+    connection keeps none of the deadline: a server that drips its greeting holds the
+    download for ever, and an endless multi-line greeting is joined into one string
+    by ``ftplib`` (gigabytes). A redirect elsewhere is refused as an ``HTTPError``.
+    """
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> Any:
+        scheme = urllib.parse.urlsplit(newurl).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise urllib.error.HTTPError(
+                req.full_url, code, f"a redirect to {clip(scheme, 20) or 'no'} scheme is "
+                "refused (http and https only)", headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def _opener(deadline: float, limit_s: float) -> urllib.request.OpenerDirector:
-    """urllib's opener with HTTP and HTTPS connections that keep ``deadline``."""
+    """An opener of HTTP and HTTPS only, whose connections keep ``deadline``.
+
+    Built handler by handler, not by ``build_opener``, which adds the FTP, file and
+    data handlers: only a scheme whose every read this module bounds is spoken, and a
+    redirect to any other is refused (:class:`_HttpOnlyRedirects`).
+    """
     plain = _deadline_connection(http.client.HTTPConnection, deadline, limit_s)
     tls = _deadline_connection(http.client.HTTPSConnection, deadline, limit_s)
 
@@ -252,7 +281,12 @@ def _opener(deadline: float, limit_s: float) -> urllib.request.OpenerDirector:
         def https_open(self, req: Any) -> Any:
             return self.do_open(tls, req, context=self._context)  # type: ignore[attr-defined]
 
-    return urllib.request.build_opener(PlainHandler(), TlsHandler())
+    opener = urllib.request.OpenerDirector()
+    for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(),
+                    urllib.request.HTTPDefaultErrorHandler(), _HttpOnlyRedirects(),
+                    urllib.request.HTTPErrorProcessor(), PlainHandler(), TlsHandler()):
+        opener.add_handler(handler)
+    return opener
 
 
 def sha256sum(path: Path) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 from tfhost import plots
 from tfhost.monitor import read_samples
 from tfhost.scaling import ScalePoint, read_summary, summarise
-from workloads import safefs
+from workloads import printable, safefs
 from workloads.bounded import (
     REPORT_VALUES_MAX,
     Allowance,
@@ -233,7 +233,7 @@ def markdown_report(records: Sequence[tuple[str, dict[str, Any]]],
                   "|---" * (len(RECORD_COLUMNS) + 1) + "|"]
         for source, record in records:
             cells = [_record_cell(key, record) for key, _ in RECORD_COLUMNS]
-            lines.append(f"| {Path(source).name} | " + " | ".join(cells) + " |")
+            lines.append(f"| {_cell(Path(source).name)} | " + " | ".join(cells) + " |")
         lines.append("")
     for name, unit, points in scaling:
         lines += [f"## Scaling{': ' + name if name else ''}", "",
@@ -282,4 +282,5 @@ def _cell(value: Any) -> str:
         return f"{value:.4g}" if abs(value) < 1 else f"{value:,.1f}"
     if isinstance(value, list):
         return ", ".join(_cell(v) for v in value)
-    return str(value).replace("|", "\\|")
+    # a record's text: shown printable (ESC, BEL, C1, bidi as escapes) and capped, then |
+    return printable.line(str(value)).replace("|", "\\|")

@@ -134,15 +134,15 @@ def _check_inputs(args: argparse.Namespace) -> None:
 def expected_from_record(path: Path) -> int:
     """The GPUs a ``workloads accept`` record of this node counted (its ``devices`` that are
     GPUs: a label "GPU n" with an NVML index); bad input is one line."""
-    from workloads.bounded import loads_json
+    from workloads.bounded import BadInput, read_json
 
     fix = "give the JSON record `workloads accept` wrote for this node (results/accept-*.json)"
-    try:
-        with path.open("rb") as stream:
-            raw = stream.read(64 << 20)
-        record = loads_json(raw.decode("utf-8", "replace"))
+    try:  # every record's reader: a regular file, no link followed, the record cap
+        record = read_json(path)
     except OSError as exc:
         raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: {exc.strerror}", fix) from None
+    except BadInput as exc:
+        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]} {exc}", fix) from None
     except ValueError:
         raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: not JSON", fix) from None
     devices = record.get("devices") if isinstance(record, dict) else None
