@@ -106,7 +106,24 @@ RECORD_FIELDS = {"host", "hostname", "reason", "reasons", "error", "group", "not
 PRINTERS = {"print", "sys.exit", "SystemExit", "exit", "quit", "pprint.pprint", "pprint.pp",
             "rich.print", "typer.echo", "tqdm.write", "tqdm.tqdm.write", "warnings.warn",
             "sys.stdout.buffer.write", "sys.stderr.buffer.write"}
-SANITIZERS = {"line", "clip", "brief", "one_line", "shown", "printable", "shorten", "cell"}
+# The functions that make untrusted text printable, by where they are defined (a call is
+# resolved through the module's imports, never trusted by its name alone: a ``_cell`` that
+# returns ``str(value)`` is no sanitiser). A module's own function whose every non-constant
+# return goes through one of these is one too (:func:`sanitizing_calls`).
+SANITIZERS = {
+    "workloads.printable.line",
+    "workloads.errors.printable", "workloads.errors.one_line", "workloads.errors.clip",
+    "workloads.errors.brief",  # repr() of the text: every non-printable character escaped
+}
+# Escapers in code that runs where workloads cannot be imported, each held to printable's rule.
+SELF_CONTAINED_SANITIZERS = {
+    "ansible.roles.repo_trust.library.repo_trust_fetch.shown":
+        "an Ansible module runs alone on the host; tests/test_choke_points.py holds it equal "
+        "to workloads.printable.line",
+    "ansible.filter_plugins.openpgp.line":
+        "a filter plugin runs in the controller's Ansible; every non-printable character "
+        "becomes '?' (tests/ansible/test_openpgp_filter.py)",
+}
 SCOPES = ("workloads", "scripts", "ansible/filter_plugins", "ansible/library")
 
 
@@ -186,6 +203,8 @@ class _Visitor(ast.NodeVisitor):
     def __init__(self, path: str, lines: list[str], imports: dict[str, str] | None = None,
                  constants: dict[str, ast.expr] | None = None) -> None:
         self.path = path
+        self.module = module_name(path)
+        self.clean: frozenset[str] = frozenset()  # the callees that sanitise, as spelled here
         self.imports = imports or {}
         self.constants = constants or {}
         self.called: set[int] = set()  # ids of the nodes that are some call's callee
@@ -207,7 +226,7 @@ class _Visitor(ast.NodeVisitor):
                   and isinstance(n.value, ast.Call) and dotted(n.value.func).endswith("BytesIO")
                   for t in n.targets if isinstance(t, ast.Name)}
         self.placed.append(self.placed[-1] | memory)
-        self.tainted.append(tainted_names(node, self.tainted[-1]))
+        self.tainted.append(tainted_names(node, self.tainted[-1], self.clean))
         self.generic_visit(node)
         self.tainted.pop()
         self.placed.pop()
@@ -217,7 +236,8 @@ class _Visitor(ast.NodeVisitor):
     visit_AsyncFunctionDef = _function
 
     def visit_Module(self, node: ast.Module) -> None:
-        self.tainted[0] = self.tainted[0] | returning_fields(node)
+        self.clean = sanitizing_calls(node, self.module)
+        self.tainted[0] = self.tainted[0] | returning_fields(node, self.clean)
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
@@ -362,7 +382,7 @@ class _Visitor(ast.NodeVisitor):
             return
         values = list(node.args) + [k.value for k in node.keywords
                                     if k.arg not in ("file", "end", "sep", "flush")]
-        if any(_raw_field(value, self.tainted[-1]) for value in values):
+        if any(_raw_field(value, self.tainted[-1], self.clean) for value in values):
             self._flag("print", node)
 
 
@@ -378,7 +398,8 @@ def _targets(node: ast.AST) -> Iterator[tuple[ast.expr, ast.expr]]:
             yield sub.target, sub.iter
 
 
-def tainted_names(function: ast.AST, outer: set[str]) -> set[str]:
+def tainted_names(function: ast.AST, outer: set[str],
+                  clean: frozenset[str] = frozenset()) -> set[str]:
     """The local names of ``function`` that hold a record field's text: bound from a raw
     field (``host = record["host"]``, ``for reason in finding.reasons``) or from another such
     name (``label = f"{host}:"``), to a fixed point; a name bound from a sanitising call
@@ -387,14 +408,14 @@ def tainted_names(function: ast.AST, outer: set[str]) -> set[str]:
     while True:
         grown = set(tainted)
         for target, value in _targets(function):
-            if _raw_field(value, tainted):
+            if _raw_field(value, tainted, clean):
                 grown |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
         if grown == tainted:
             return tainted
         tainted = grown
 
 
-def returning_fields(module: ast.Module) -> set[str]:
+def returning_fields(module: ast.Module, clean: frozenset[str] = frozenset()) -> set[str]:
     """``name()`` for each function of ``module`` that returns a record field's text raw
     (``def label(r): return f"{r.host}:"``), to a fixed point (one returning another's
     result): a call of it holds the field as the field itself would."""
@@ -404,8 +425,9 @@ def returning_fields(module: ast.Module) -> set[str]:
     while True:
         grown = set(returning)
         for function in functions:
-            local = tainted_names(function, returning)
-            if any(isinstance(n, ast.Return) and n.value is not None and _raw_field(n.value, local)
+            local = tainted_names(function, returning, clean)
+            if any(isinstance(n, ast.Return) and n.value is not None
+                   and _raw_field(n.value, local, clean)
                    for n in ast.walk(function)):
                 grown.add(f"{function.name}()")
         if grown == returning:
@@ -413,15 +435,16 @@ def returning_fields(module: ast.Module) -> set[str]:
         returning = grown
 
 
-def _raw_field(node: ast.AST, tainted: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
+def _raw_field(node: ast.AST, tainted: set[str] = frozenset(),  # type: ignore[assignment]
+               clean: frozenset[str] = frozenset()) -> bool:
     """Does ``node`` hold a record field (or a local name holding one, or the result of a
     function returning one: ``name()`` in ``tainted``) that no sanitising call wraps?"""
     if isinstance(node, ast.Name) and node.id in tainted:
         return True
     if isinstance(node, ast.Call):
-        callee = dotted(node.func).rsplit(".", 1)[-1]
-        if callee.lstrip("_") in SANITIZERS:
+        if dotted(node.func) in clean:
             return False
+        callee = dotted(node.func).rsplit(".", 1)[-1]
         if f"{callee}()" in tainted:
             return True
         if callee == "dumps" and not any(k.arg == "ensure_ascii" for k in node.keywords):
@@ -434,7 +457,69 @@ def _raw_field(node: ast.AST, tainted: set[str] = frozenset()) -> bool:  # type:
         return True
     if isinstance(node, ast.Attribute) and node.attr in RECORD_FIELDS:
         return True
-    return any(_raw_field(child, tainted) for child in ast.iter_child_nodes(node))
+    return any(_raw_field(child, tainted, clean) for child in ast.iter_child_nodes(node))
+
+
+def module_name(path: str) -> str:
+    """``workloads/fleet/render_text.py`` → ``workloads.fleet.render_text``."""
+    name = path.removesuffix(".py").replace("/", ".")
+    return name.removesuffix(".__init__")
+
+
+def import_map(tree: ast.Module, module: str) -> dict[str, str]:
+    """Each name an import binds in ``module`` (dotted, ``workloads.fleet.render``) to what it
+    names: ``from workloads import printable`` → ``printable: workloads.printable``."""
+    names: dict[str, str] = {}
+    package = module.rsplit(".", 1)[0] if "." in module else ""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    names[head] = head
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[:len(parts) - (node.level - 1)] if node.level > 1 else parts
+                base = ".".join(parts + ([node.module] if node.module else []))
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{base}.{alias.name}"
+    return names
+
+
+def sanitizing_calls(tree: ast.Module, module: str) -> frozenset[str]:
+    """The callees, as this module spells them (``printable.line``, ``clip``, ``_cell``), that
+    resolve to a sanitiser: one of :data:`SANITIZERS` or :data:`SELF_CONTAINED_SANITIZERS`, or a
+    function of this module whose every non-constant ``return`` holds a call of one (to a
+    fixed point: a wrapper of a wrapper)."""
+    imports = import_map(tree, module)
+    local = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+    def resolved(spelling: str) -> str:
+        head, dot, rest = spelling.partition(".")
+        if head in local:  # a def binds after the imports above it
+            return f"{module}.{spelling}"
+        return imports[head] + dot + rest if head in imports else spelling
+
+    known = SANITIZERS | set(SELF_CONTAINED_SANITIZERS)
+    spellings = {dotted(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)} - {""}
+    while True:
+        clean = frozenset(s for s in spellings if resolved(s) in known)
+        grown = set(known)
+        for function in tree.body:
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            returns = [n.value for n in ast.walk(function) if isinstance(n, ast.Return)
+                       and n.value is not None and not isinstance(n.value, ast.Constant)]
+            if returns and all(any(isinstance(c, ast.Call) and dotted(c.func) in clean
+                                   for c in ast.walk(value)) for value in returns):
+                grown.add(f"{module}.{function.name}")
+        if grown == known:
+            return clean
+        known = grown
 
 
 def python_files(root: Path) -> Iterator[Path]:

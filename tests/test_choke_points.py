@@ -156,6 +156,11 @@ FLAGGED = {
         'gzip.open(p, "rt")', "zipfile.ZipFile(p)",
     ],
     "print": [
+        # a sanitiser counts as resolved, never by its name alone
+        "def _cell(v):\n    return str(v)\nprint(_cell(r.host))",
+        "from workloads.errors import shorten\nprint(shorten(r.host, 9))",
+        "print(printable.shorten(record['host'], 9))", "print(line(r.host))",
+        "def clip(v):\n    return v.strip()\nprint(clip(r.reason))",
         "print(record['host'])", 'print(f"{h.host} failed")', "print(row.get('reason'))",
         "sys.stdout.write(v.error)", 'sys.stderr.write(f"{x.note}\\n")',
         "module.fail_json(msg=f\"{info.get('msg')}\")", "print('x', h.device, sep='')",
@@ -194,7 +199,8 @@ CLEAN = [
     'text.replace("a", "b")', "subprocess.run(cmd, shell=False)", "webbrowser.open(url)",
     'logging.info("%d runs", len(runs))', "log.info(printable.line(h.host))",
     'def f(record):\n    host = printable.line(record["host"])\n    print(host)',
-    "def f(record):\n    print(json.dumps(record['host']))", "table.add_row(_cell(h.host))",
+    "def f(record):\n    print(json.dumps(record['host']))",
+    "def _cell(t):\n    return printable.line(t)\ntable.add_row(_cell(h.host))",
     "console.print(printable.line(r.reason))", "def f(r):\n    n = r['count']\n    print(n)",
     "os.unlink(name, dir_fd=folder)", "shutil.rmtree(name, dir_fd=folder)", "os.write(fd, data)",
     "def label(r):\n    return printable.line(r['host'])\ndef f(r):\n    print(label(r))",
@@ -202,7 +208,13 @@ CLEAN = [
 ]
 
 
+# What a module imports to make text printable (a sanitiser counts only as resolved).
+PRELUDE = ("from workloads import printable\nfrom workloads.errors import brief, clip\n"
+           "from ansible.roles.repo_trust.library.repo_trust_fetch import shown\n")
+
+
 def _rules(source: str) -> list[str]:
+    source = PRELUDE + source
     tree = ast.parse(source)
     visitor = _Visitor("snippet.py", source.splitlines(), imported_names(tree),
                        module_constants(tree))
