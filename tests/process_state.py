@@ -56,6 +56,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.choke_points import import_map
+
 ENVIRON = "os.environ"
 STANDARD_LIBRARY = frozenset(sys.stdlib_module_names)
 # where `import x.y` of this repository's modules is found, for their constants
@@ -93,21 +95,9 @@ class Finding:
         return f"{self.path}:{self.line}: {self.what}: {self.source} -- {self.fix}"
 
 
-def imports(tree: ast.AST) -> dict[str, str]:
+def imports(tree: ast.Module) -> dict[str, str]:
     """Every local name an import binds (anywhere in the file), to its dotted name."""
-    names: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    names[alias.asname] = alias.name
-                else:
-                    top = alias.name.split(".")[0]
-                    names[top] = top
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return names
+    return import_map(tree, "")
 
 
 def _string_constants(tree: ast.Module) -> dict[str, str]:

@@ -43,7 +43,7 @@ from tests.fixtures.aptrepo.catalog import driver_packages
 from tests.fixtures.aptrepo.signing import generate_key
 from tests.hardware.hgx import FAKE_PCI, give_machine
 from tests.hardware.machines import P100
-from tests.slurm.cluster import local_cluster
+from tests.slurm.cluster import local_cluster, node_state
 from tests.support.background import BackgroundJobs, background_job
 from tests.support.pypi_mirror import pypi_mirror
 
@@ -599,12 +599,7 @@ class RollingUpgrade:
     slurm_log: str  # slurmctld's log: every drain and resume, in order
 
 
-def _node(env: dict[str, str], name: str) -> tuple[str, str]:
-    shown = subprocess.run(["scontrol", "show", "node", name], env=env, capture_output=True,
-                           text=True, check=True).stdout
-    state = re.search(r"State=(\S+)", shown)
-    reason = re.search(r"^\s*Reason=(.*?)(?: \[[^]@]*@[^]]*\])?$", shown, re.MULTILINE)
-    return (state.group(1) if state else "", reason.group(1) if reason else "")
+_node = node_state
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -47,3 +48,13 @@ def local_cluster(state: Path, **settings: str) -> Iterator[dict[str, str]]:
     finally:
         subprocess.run(["scancel", "--user=root"], env=env, check=False, capture_output=True)
         subprocess.run([CLUSTER, "stop"], env=env, check=False, capture_output=True)
+
+
+def node_state(env: dict[str, str], name: str) -> tuple[str, str]:
+    """A node's (State, Reason) as ``scontrol show node`` gives them (the reason without the
+    ``[user@time]`` SLURM appends)."""
+    shown = subprocess.run(["scontrol", "show", "node", name], env=env, capture_output=True,
+                           text=True, check=True).stdout
+    state = re.search(r"State=(\S+)", shown)
+    reason = re.search(r"^\s*Reason=(.*?)(?: \[[^]@]*@[^]]*\])?$", shown, re.MULTILINE)
+    return (state.group(1) if state else "", reason.group(1) if reason else "")

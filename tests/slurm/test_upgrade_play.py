@@ -11,7 +11,6 @@ test_site.py's rolling upgrade.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,17 +21,12 @@ import pytest
 import yaml
 
 from tests.ansible.playbook import PlaybookRun, run_playbook, site_role_order
-from tests.slurm.cluster import local_cluster
+from tests.slurm.cluster import local_cluster, node_state
 
 pytestmark = [pytest.mark.timeout(600)]
 
 
-def _node(env: dict[str, str], name: str) -> tuple[str, str]:
-    shown = subprocess.run(["scontrol", "show", "node", name], env=env, capture_output=True,
-                           text=True, check=True).stdout
-    state = re.search(r"State=(\S+)", shown)
-    reason = re.search(r"^\s*Reason=(.*?)(?: \[[^]@]*@[^]]*\])?$", shown, re.MULTILINE)
-    return (state.group(1) if state else "", reason.group(1) if reason else "")
+_node = node_state
 
 
 def _rollout(tmp_path: Path) -> tuple[PlaybookRun, dict[str, tuple[str, str]]]:
