@@ -11,6 +11,9 @@ In place means: a regular file (not a symlink), its SHA-1 that of `content`, and
 group and mode given (each compared only when given, as the task leaves unset ones alone).
 Anything else (absent, another type, no survey of that path) is "not in place": the task
 runs and decides, so a mistake here costs a module run, never a skipped change.
+
+`file_state_as_stat` gives one path of the look in stat's keys (exists, islnk, isdir, isreg,
+pw_name, gr_name, mode, lnk_source), for tasks written against a stat's result.
 """
 
 from __future__ import annotations
@@ -33,6 +36,19 @@ def file_in_place(files: dict[str, Any], path: str, content: str, mode: str | No
                for key, value in wanted.items())
 
 
+def file_state_as_stat(state: dict[str, Any]) -> dict[str, Any]:
+    """One path of a `file_state` look in the keys `ansible.builtin.stat` (follow=false) uses."""
+    if not isinstance(state, dict) or not state.get("exists"):
+        return {"exists": False}
+    kind = state.get("type")
+    described = {"exists": True, "islnk": kind == "link", "isdir": kind == "directory",
+                 "isreg": kind == "file", "pw_name": state.get("owner"),
+                 "gr_name": state.get("group"), "mode": state.get("mode")}
+    if kind == "link":
+        described["lnk_source"] = state.get("lnk_source")
+    return described
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"file_in_place": file_in_place}
+        return {"file_in_place": file_in_place, "file_state_as_stat": file_state_as_stat}

@@ -55,8 +55,9 @@ RETURN = r"""
 files:
   description: >-
     Path to C(exists), and where it exists C(type) (file, directory, link or other), C(owner),
-    C(group), C(uid), C(gid), C(mode) (four octal digits), C(size); C(checksum) (SHA-1) of a
-    regular file; C(content) (base64) of a regular file named in C(read), or C(too_large).
+    C(group), C(uid), C(gid), C(mode) (four octal digits), C(size); C(lnk_source) of a symlink
+    (where it leads, as stat says it); C(checksum) (SHA-1) of a regular file; C(content)
+    (base64) of a regular file named in C(read), or C(too_large).
   returned: always
   type: dict
 """
@@ -93,6 +94,8 @@ def path_state(module: AnsibleModule, path: str, read: bool, max_bytes: int) -> 
         "uid": info.st_uid, "gid": info.st_gid,
         "mode": f"{stat.S_IMODE(info.st_mode):04o}", "size": info.st_size,
     }
+    if state["type"] == "link":
+        state["lnk_source"] = os.path.realpath(path)  # where it leads, as stat's lnk_source
     if state["type"] != "file":
         return state
     state["checksum"] = module.sha1(path)

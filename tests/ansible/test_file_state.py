@@ -19,7 +19,8 @@ from pathlib import Path
 from tests.ansible.filter_plugin import load_filters
 from tests.ansible.playbook import run_local_play
 
-file_in_place = load_filters("file_in_place.py")["file_in_place"]
+filters = load_filters("file_in_place.py")
+file_in_place, file_state_as_stat = filters["file_in_place"], filters["file_state_as_stat"]
 
 TEMPLATE = """# {{ ansible_managed }}
 {% for name in names %}
@@ -100,8 +101,12 @@ def test_the_survey_agrees_with_the_template_task(tmp_path: Path) -> None:
         "exists": True, "type": "file", "owner": "root", "group": "root", "uid": 0, "gid": 0,
         "mode": "0600", "size": 11, "checksum": None,
         "content": base64.b64encode(b"site's own\n").decode()}
-    # Not followed: a symlink is a link, with nothing read through it.
+    # Not followed: a symlink is a link, with nothing read through it; stat's keys for it.
     assert files[str(link)]["type"] == "link" and "content" not in files[str(link)]
+    assert file_state_as_stat(files[str(link)]) == {
+        "exists": True, "islnk": True, "isdir": False, "isreg": False, "pw_name": "root",
+        "gr_name": "root", "mode": "0777", "lnk_source": str(other)}
+    assert file_state_as_stat(files[str(tmp_path / "none")]) == {"exists": False}
     assert files[str(big)]["too_large"] is True and "content" not in files[str(big)]
     assert files[str(tmp_path / "none")] == {"exists": False}
 
