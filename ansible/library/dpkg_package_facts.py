@@ -26,6 +26,9 @@ description:
     python-apt's C(is_installed).
   - No C(origin) (python-apt's archive origin of the installed version) - nothing in the roles
     reads it, and dpkg does not know it.
+  - Also sets C(ansible_facts.dpkg_holds), the packages whose selection is C(hold) (what
+    C(apt-mark showhold) lists), keyed as in C(packages), from the same C(dpkg-query): the roles
+    hold their packages without a C(apt-mark showhold) of their own.
 options: {}
 """
 
@@ -36,28 +39,47 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(packages), name to the list of its installed versions.
+  description: C(packages), name to the list of its installed versions; C(dpkg_holds), the held
+    packages' names, sorted.
   returned: always
   type: dict
 """
 
 # dpkg's states for a package whose files are not (or no longer) on disk.
 NOT_INSTALLED = {"not-installed", "config-files"}
-FORMAT = "${db:Status-Status}\t${Package}\t${Version}\t${Architecture}\t${Section}\n"
+# The selection (dpkg's "want": install, hold, deinstall, purge) first, then the state.
+FORMAT = ("${db:Status-Want}\t${db:Status-Status}\t${Package}\t${Version}\t${Architecture}"
+          "\t${Section}\n")
+
+
+def _entries(listing: str, native_arch: str) -> list[tuple[str, str, str, str, str, str]]:
+    """(want, status, key, version, arch, section) per well-formed line, keyed as python-apt."""
+    entries = []
+    for line in listing.splitlines():
+        fields = line.split("\t")
+        if len(fields) != 6:
+            continue
+        want, status, name, version, arch, section = fields
+        key = name if arch in (native_arch, "all") else f"{name}:{arch}"
+        entries.append((want, status, key, version, arch, section))
+    return entries
 
 
 def installed_packages(listing: str, native_arch: str) -> dict[str, list[dict[str, str]]]:
     """`dpkg-query --show --showformat FORMAT` output -> package_facts' apt dictionary."""
     packages: dict[str, list[dict[str, str]]] = {}
-    for line in listing.splitlines():
-        fields = line.split("\t")
-        if len(fields) != 5 or fields[0] in NOT_INSTALLED:
+    for _want, status, key, version, arch, section in _entries(listing, native_arch):
+        if status in NOT_INSTALLED:
             continue
-        _status, name, version, arch, section = fields
-        key = name if arch in (native_arch, "all") else f"{name}:{arch}"
         packages.setdefault(key, []).append({"name": key, "version": version, "arch": arch,
                                              "category": section, "source": "apt"})
     return packages
+
+
+def held_packages(listing: str, native_arch: str) -> list[str]:
+    """The packages whose selection is hold, installed or not (as `apt-mark showhold`)."""
+    return sorted({key for want, _status, key, *_ in _entries(listing, native_arch)
+                   if want == "hold"})
 
 
 def main() -> None:
@@ -68,7 +90,8 @@ def main() -> None:
     rc, listing, err = module.run_command(["dpkg-query", "--show", "--showformat", FORMAT])
     if rc != 0:
         module.fail_json(msg=f"dpkg-query --show failed: {err.strip()}")
-    facts: dict[str, Any] = {"packages": installed_packages(listing, arch.strip())}
+    facts: dict[str, Any] = {"packages": installed_packages(listing, arch.strip()),
+                             "dpkg_holds": held_packages(listing, arch.strip())}
     module.exit_json(changed=False, ansible_facts=facts)
 
 

@@ -26,8 +26,9 @@ from tests.fixtures.aptrepo.debs import StubPackage, build_deb
 facts = load_library_module("dpkg_package_facts.py")
 
 
-def _line(status: str, name: str, version: str, arch: str, section: str = "libs") -> str:
-    return "\t".join([status, name, version, arch, section])
+def _line(status: str, name: str, version: str, arch: str, section: str = "libs",
+          want: str = "install") -> str:
+    return "\t".join([want, status, name, version, arch, section])
 
 
 def test_states_and_architectures_are_keyed_as_python_apt_keys_them() -> None:
@@ -52,9 +53,23 @@ def test_states_and_architectures_are_keyed_as_python_apt_keys_them() -> None:
         "ca-certificates", "docker.io:amd64", "libc6", "libc6:amd64", "nvidia-kernel-dkms:amd64"]
 
 
-def test_lines_that_are_not_five_fields_are_skipped() -> None:
+def test_lines_that_are_not_six_fields_are_skipped() -> None:
     assert facts.installed_packages("\n\ninstalled\tx\n" + _line("installed", "a", "1", "amd64")
                                     + "\tmore\n", "amd64") == {}
+
+
+def test_holds_are_the_packages_whose_selection_is_hold() -> None:
+    """What `apt-mark showhold` lists: a held package, installed or not, keyed as installed ones."""
+    listing = "\n".join([
+        _line("installed", "nvidia-driver", "580.126.16-1", "amd64", want="hold"),
+        _line("installed", "libcuda1", "580.126.16-1", "i386", want="hold"),
+        _line("not-installed", "cudnn9-cuda-12", "", "amd64", want="hold"),
+        _line("installed", "docker.io", "20.10.24+dfsg1-1+deb12u1", "amd64"),
+        _line("config-files", "procps", "2:4.0.2-3", "amd64", want="deinstall"),
+    ]) + "\n"
+    assert facts.held_packages(listing, "amd64") == ["cudnn9-cuda-12", "libcuda1:i386",
+                                                     "nvidia-driver"]
+    assert facts.held_packages(_line("installed", "a", "1", "amd64"), "amd64") == []
 
 
 PLAY = [{
@@ -66,11 +81,16 @@ PLAY = [{
          "ansible.builtin.package_facts": {"manager": "apt"}},
         {"name": "Keep it",
          "ansible.builtin.set_fact": {"from_apt": "{{ ansible_facts['packages'] }}"}},
+        {"name": "apt-mark showhold, as the roles read the holds before",
+         "ansible.builtin.command": "apt-mark showhold", "register": "showhold",
+         "changed_when": False},
         {"name": "dpkg_package_facts", "dpkg_package_facts": {}},
         {"name": "Write both", "delegate_to": "localhost",
          "ansible.builtin.copy": {
              "dest": "{{ lists_file }}",
-             "content": "{{ {'apt': from_apt, 'dpkg': ansible_facts['packages']} | to_json }}"}},
+             "content": "{{ {'apt': from_apt, 'dpkg': ansible_facts['packages'],"
+                        " 'showhold': showhold.stdout_lines,"
+                        " 'holds': ansible_facts['dpkg_holds']} | to_json }}"}},
     ],
 }]
 
@@ -86,6 +106,8 @@ def test_the_list_is_package_facts_list_on_a_real_dpkg_database(docker_host: str
         docker("cp", str(foreign), f"{host.name}:/root/{foreign.name}")
         host.exec("dpkg", "--add-architecture", "i386")
         host.exec("dpkg", "--install", f"/root/{foreign.name}")
+        # Held: an installed package, one of the foreign architecture.
+        host.exec("apt-mark", "hold", "tfhost-foreign-lib:i386", "ca-certificates")
         # procps keeps its conffiles (/etc/sysctl.conf) after a removal: state config-files.
         host.exec("dpkg", "--remove", "--force-depends", "procps")
         assert host.exec("dpkg-query", "--show", "--showformat", "${db:Status-Abbrev}",
@@ -105,3 +127,5 @@ def test_the_list_is_package_facts_list_on_a_real_dpkg_database(docker_host: str
     assert both["dpkg"] == from_apt
     assert "tfhost-foreign-lib:i386" in both["dpkg"]
     assert "procps" not in both["dpkg"]
+    assert both["holds"] == sorted(both["showhold"])
+    assert "ca-certificates" in both["holds"]

@@ -19,7 +19,7 @@ import yaml
 from tests.ansible.playbook import ANSIBLE_DIR, BIN, site_role_order
 
 # Facts that tasks set themselves (getent, package_facts, dpkg_package_facts), not fact gathering.
-SET_BY_TASKS = {"getent_passwd", "packages"}
+SET_BY_TASKS = {"getent_passwd", "packages", "dpkg_holds"}
 FACT = re.compile(r"""ansible_facts\[['"]([a-z_0-9]+)['"]\]""")
 
 

@@ -387,7 +387,9 @@ def test_vault_without_ngc_key_skips_the_login(scenarios: Scenarios) -> None:
 def test_rerun_restores_files_changed_by_hand(scenarios: Scenarios) -> None:
     """A re-run sends no task for a file already as the play leaves it (it compares the
     checksum, owner and mode it reads first); a change made by hand must still be undone:
-    an edited repository key, daemon.json and the NGC login opened to others.
+    an edited repository key, daemon.json and the NGC login opened to others, a templated
+    file edited and one opened to others (the roles look at their templated files once and
+    run a template only where the file differs).
 
     Also a file of the role's that is no longer wanted: the Fabric Manager pin an earlier
     run wrote when the host was set to `nvidia_driver_fabricmanager: always` (this host
@@ -397,6 +399,11 @@ def test_rerun_restores_files_changed_by_hand(scenarios: Scenarios) -> None:
     logins = "/root/.docker/config.json"
     fabric_pin = "/etc/apt/preferences.d/nvidia-cuda-fabricmanager.pref"
     verified_key = host.read(key)
+    blacklist = "/etc/modprobe.d/blacklist-nouveau.conf"
+    cuda_list = "/etc/apt/sources.list.d/nvidia-cuda.list"
+    templated = host.read(blacklist)
+    host.exec("tee", "-a", blacklist, stdin="# appended by hand\n")
+    host.exec("chmod", "0600", cuda_list)
     host.exec("tee", "-a", key, stdin="# appended by hand\n")
     host.exec("chmod", "0600", daemon_json)
     host.exec("chmod", "0644", logins)
@@ -406,8 +413,10 @@ def test_rerun_restores_files_changed_by_hand(scenarios: Scenarios) -> None:
     assert run.returncode == 0, run.explain()
     assert host.read(key) == verified_key
     assert host.exec("test", "-e", fabric_pin, check=False).returncode != 0, "the stale pin stayed"
-    modes = host.exec("stat", "-c", "%a %U", key, daemon_json, logins).stdout.split("\n")[:3]
-    assert modes == ["644 root", "644 root", "600 root"]
+    modes = host.exec("stat", "-c", "%a %U", key, daemon_json, logins,
+                      cuda_list).stdout.split("\n")[:4]
+    assert modes == ["644 root", "644 root", "600 root", "644 root"]
+    assert host.read(blacklist) == templated
 
 
 def test_misspelt_variable_fails_before_anything_runs(scenarios: Scenarios) -> None:

@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import base64
+import grp
 import http.client
+import os
+import pwd
 import signal
+import stat
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -42,6 +46,11 @@ options:
     description: Seconds the whole fetch may take (a key file of a few kilobytes takes one).
     type: int
     default: 120
+  installed:
+    description: >-
+      The installed key file's path: described in the same module run (C(installed) in the
+      result), so the role compares it with the checked key without a stat of its own.
+    type: path
 extends_documentation_fragment: [ansible.builtin.url]
 author: tf-gpu-host
 """
@@ -55,6 +64,13 @@ size:
   description: The body's length in bytes.
   type: int
   returned: success
+installed:
+  description: >-
+    The file at C(installed), as C(ansible.builtin.stat) (not following a symlink) with
+    C(checksum_algorithm=sha256) describes it - C(exists), C(islnk), C(mode), C(pw_name),
+    C(gr_name), and a regular file's C(checksum).
+  type: dict
+  returned: when C(installed) is given
 """
 
 
@@ -126,12 +142,37 @@ def _fetch(module: AnsibleModule, url: str, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+def describe(module: AnsibleModule, path: str) -> dict[str, Any]:
+    """The installed key file, as stat (follow=false, checksum_algorithm=sha256) says it."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return {"exists": False}
+    except OSError as error:
+        module.fail_json(msg=f"Cannot look at {path}: {error.strerror}")
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = str(info.st_uid)
+    try:
+        group = grp.getgrgid(info.st_gid).gr_name
+    except KeyError:
+        group = str(info.st_gid)
+    described: dict[str, Any] = {"exists": True, "islnk": stat.S_ISLNK(info.st_mode),
+                                 "mode": f"{stat.S_IMODE(info.st_mode):04o}",
+                                 "pw_name": owner, "gr_name": group}
+    if stat.S_ISREG(info.st_mode):
+        described["checksum"] = module.digest_from_file(path, "sha256")
+    return described
+
+
 def main() -> None:
     argument_spec = url_argument_spec()
     argument_spec.update(url={"type": "str", "required": True},
                          timeout={"type": "int", "default": 30},
                          max_bytes={"type": "int", "default": 1048576},
-                         deadline={"type": "int", "default": 120})
+                         deadline={"type": "int", "default": 120},
+                         installed={"type": "path"})
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     url = module.params["url"]
     max_bytes = module.params["max_bytes"]
@@ -156,8 +197,11 @@ def main() -> None:
     if len(body) > max_bytes:
         module.fail_json(msg=f"{shown(url)} served more than {max_bytes} bytes, which no "
                              "key file is. Fix: check the key URL.")
-    module.exit_json(changed=False, content_base64=base64.b64encode(body).decode("ascii"),
-                     size=len(body), status=200)
+    result: dict[str, Any] = {"content_base64": base64.b64encode(body).decode("ascii"),
+                              "size": len(body), "status": 200}
+    if module.params["installed"]:
+        result["installed"] = describe(module, module.params["installed"])
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":
