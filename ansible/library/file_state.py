@@ -103,9 +103,31 @@ def path_state(module: AnsibleModule, path: str, read: bool, max_bytes: int) -> 
         if info.st_size > max_bytes:
             state["too_large"] = True
         else:
-            with open(path, "rb") as handle:
-                state["content"] = base64.b64encode(handle.read(max_bytes + 1)).decode("ascii")
+            content = _read_same_file(path, info, max_bytes)
+            if content is None:
+                module.fail_json(msg=f"{path} changed while it was read (replaced, or made a link "
+                                     "or another kind of file); run the play again")
+            else:
+                state["content"] = base64.b64encode(content).decode("ascii")
     return state
+
+
+def _read_same_file(path: str, seen: os.stat_result, max_bytes: int) -> bytes | None:
+    """The file's bytes, only if what opens is the regular file lstat saw: opened without
+    following a link and without blocking on a FIFO, then compared by device and inode (a
+    user's ~/.docker/config.json swapped for a link to /etc/shadow between the two is not
+    read). None if it is not that file."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                             | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as handle:
+        opened = os.fstat(handle.fileno())
+        if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (
+                seen.st_dev, seen.st_ino):
+            return None
+        return handle.read(max_bytes + 1)
 
 
 def main() -> None:

@@ -117,3 +117,27 @@ def test_a_path_to_read_that_is_not_surveyed_fails_the_task(tmp_path: Path) -> N
     run = run_local_play(tmp_path, play)
     assert run.returncode != 0
     assert "read names paths not in paths: /etc/hostname" in run.output, run.explain()
+
+
+def test_a_file_swapped_after_its_look_is_not_read(tmp_path: Path) -> None:
+    """Between lstat and the read, a user-owned file (~/.docker/config.json) may become a
+    link to a root-only file, a FIFO or another file: none of them is read, none blocks."""
+    from tests.ansible.filter_plugin import load_library_module
+
+    read_same_file = load_library_module("file_state.py")._read_same_file
+    secret = tmp_path / "shadow"
+    secret.write_text("root:secret\n")
+    path = tmp_path / "config.json"
+    swaps = {
+        "link": lambda: path.symlink_to(secret),
+        "fifo": lambda: os.mkfifo(path),
+        "other file": lambda: path.write_text("{\"other\": 1}"),
+    }
+    for what, swap in swaps.items():
+        path.write_text("{}")
+        seen = os.lstat(path)
+        assert read_same_file(str(path), seen, 100) == b"{}"
+        path.rename(tmp_path / f"aside-{what}")  # kept: its inode is not reused
+        swap()
+        assert read_same_file(str(path), seen, 100) is None, what
+        path.unlink()
