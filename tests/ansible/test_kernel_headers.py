@@ -192,8 +192,11 @@ def _headers_runs(job: JobContext) -> HeadersRuns:
             newest_headers = _packages(host, "linux-headers-*")
 
             # A later kernel installed on its own, without its headers (no meta-package brings
-            # them): the check stops naming it, or (the fix on) installs them and builds.
+            # them); and NEWER's module no longer built, its headers in place (`dkms unbuild`:
+            # only the role's own `dkms autoinstall -k` brings it back). The check stops
+            # naming both, or (the fix on) installs the headers and builds.
             host.exec("apt-get", "install", "-qq", "-y", f"linux-image-{NEXT}")
+            host.exec("dkms", "unbuild", "-m", "nvidia", "-v", "580.126.16", "-k", NEWER)
             no_fix = lab.run(inventory, "check-no-fix",
                              {**defaults, "nvidia_driver_kernel_check_fix": False}, *check)
             no_fix_modules = _modules(host)
@@ -253,13 +256,13 @@ def test_a_kernel_without_headers_stops_the_check_without_the_fix(runs: HeadersR
     flat = _flat(no_fix)
     assert no_fix.returncode != 0
     assert no_fix.failed_task == KERNEL_CHECK_STOP, no_fix.explain()
-    assert (f"would boot a kernel without its NVIDIA module: {NEXT}: no headers for {NEXT}"
-            in flat), no_fix.explain()
-    assert f"Fix: install linux-headers-{NEXT}" in flat
-    assert f"{NEWER}: " not in flat.split("would boot a kernel without", 1)[1], \
-        "a kernel with its module is not named"
+    assert f"would boot a kernel without its NVIDIA module: {NEWER}: " in flat, no_fix.explain()
+    assert f"; {NEXT}: no headers for {NEXT}" in flat, no_fix.explain()
+    assert (f"{NEWER}: the NVIDIA module is not built for {NEWER} although its headers are"
+            " installed") in flat, no_fix.explain()
+    assert f"Fix: install linux-headers-{NEWER}, linux-headers-{NEXT}" in flat
     assert "Nothing was rebooted" in flat
-    assert f"/lib/modules/{NEXT}/" not in runs.no_fix_modules
+    assert runs.no_fix_modules.strip() == "", "the check alone installs and builds nothing"
 
 
 def test_the_fix_installs_the_headers_and_builds_the_module_then_nothing_changes(
