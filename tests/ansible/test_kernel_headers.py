@@ -16,6 +16,23 @@ in the container, the architecture's: `linux-headers-amd64`, which the stand-in
 repository carries as Debian's does, depending on the newest ABI's headers), so
 that the next kernel update brings its headers too; before, only versioned
 headers were installed and a later kernel had none.
+
+On the same host, after the role converged, the kernel check (`site.yml --tags
+nvidia_kernel_check`, tasks/kernel-check.yml): no kernel boots without its NVIDIA
+module. The stand-in kernels are laid out as Debian's (`/boot/vmlinuz-<release>`,
+`/lib/modules/<release>`, the headers' `/lib/modules/<release>/build` link, and the
+headers' postinst running `/etc/kernel/header_postinst.d`); DKMS is Debian's real
+`dkms`, building with the real gcc a one-file module registered as the driver's DKMS
+package registers its source. A later kernel installed without its headers stops the
+check (the fix off) naming it, or gets its headers and its module (the fix on), and a
+second run changes nothing; a kernel whose headers the build fails against stops the
+check naming it and quoting gcc's error from DKMS's make.log. Ubuntu and Rocky are not
+covered here. Ubuntu's stand-in (Debian's real dkms under nvidia-dkms-<branch>) would take
+the same stub kernels under Ubuntu's names (6.8.0-<abi>-generic, linux-headers-generic)
+and three check runs on test_platforms.py's converged host; Rocky's dkms is a stub rpm
+that builds nothing (tests/fixtures/rpmrepo/catalog.py), so it needs a building dkms,
+kernel-core and kernel-devel-<release> rpms laying out /boot, /lib/modules and
+/usr/src/kernels, and grubby's entries.
 """
 
 from __future__ import annotations
