@@ -277,7 +277,8 @@ def test_a_kernel_without_headers_stops_the_check_without_the_fix(runs: HeadersR
     assert f"; {NEXT}: no headers for {NEXT}" in flat, no_fix.explain()
     assert (f"{NEWER}: the NVIDIA module is not built for {NEWER} although its headers are"
             " installed") in flat, no_fix.explain()
-    assert f"Fix: install linux-headers-{NEWER}, linux-headers-{NEXT}" in flat
+    # Headers named only for the kernel without them: NEWER has its own.
+    assert f"Fix: install linux-headers-{NEXT} and run `dkms autoinstall -k <kernel>`" in flat
     assert "Nothing was rebooted" in flat
     assert runs.no_fix_modules.strip() == "", "the check alone installs and builds nothing"
 
@@ -306,5 +307,10 @@ def test_a_failed_dkms_build_stops_the_check_naming_kernel_and_cause(runs: Heade
             f" NVIDIA module failed for {BROKEN}") in flat, broken.explain()
     # The cause, from DKMS's build log: gcc's own words.
     assert "fatal error: generated/autoconf.h: No such file or directory" in flat
+    # Its headers are installed: the fix does not send the reader to install them.
+    assert "Fix: run `dkms autoinstall -k <kernel>`" in flat, broken.explain()
+    assert f"install linux-headers-{BROKEN}" not in flat
+    assert ("(a failed build's log is in /var/lib/dkms/, its cause above), or remove the kernel"
+            in flat)
     assert f"{NEXT}: " not in flat.split("would boot a kernel without", 1)[1]
     assert "Nothing was rebooted" in flat
