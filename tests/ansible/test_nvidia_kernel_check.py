@@ -255,7 +255,7 @@ def test_the_roles_tasks_stop_before_the_reboot_naming_kernel_and_cause(tmp_path
         " Secure Boot on: signed)" in out, run.explain()
     assert "new_kernel_no_headers would boot a kernel without its NVIDIA module: 6.1.0-28-amd64:" \
         " no headers for 6.1.0-28-amd64" in out, run.explain()
-    assert "linux-headers-6.1.0-28-amd64" in out
+    assert "Fix: install linux-headers-6.1.0-28-amd64 and run `dkms autoinstall" in out
     assert "6.1.0-10-amd64: " not in out, "a kernel with its module is not named"
     assert "the DKMS build of the NVIDIA module failed for 6.1.0-28-amd64" in out
     assert "fatal error: linux/foo.h: No such file or directory" in out
