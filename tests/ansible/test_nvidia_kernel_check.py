@@ -149,6 +149,9 @@ UBUNTU_CASES = [
      ["linux-headers-generic"]),
     ("6.8.0-45-generic", "22.04", ["linux-generic-hwe-22.04"], ["linux-headers-generic-hwe-22.04"]),
     ("6.8.0-45-generic", "22.04", [], ["linux-headers-generic-hwe-22.04"]),
+    # the HWE edge kernel's meta-package: the release, then -edge
+    ("6.8.0-45-generic", "22.04", ["linux-generic-hwe-22.04-edge"],
+     ["linux-headers-generic-hwe-22.04-edge"]),
     ("5.15.0-122-generic", "22.04", [], ["linux-headers-generic"]),
     ("6.8.0-1015-aws", "24.04", ["linux-aws", "linux-image-aws"], ["linux-headers-aws"]),
     ("6.8.0-1017-azure", "22.04", [], ["linux-headers-azure"]),

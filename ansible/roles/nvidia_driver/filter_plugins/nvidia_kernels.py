@@ -103,7 +103,9 @@ def nvidia_headers_meta(kernel: str, distribution: str, release: str,
     if not match:
         return []
     series, flavour = f"{match.group(1)}.{match.group(2)}", match.group(3)
-    pattern = re.compile(rf"^linux-(?:image-)?({re.escape(flavour)}(?:-[a-z]+)*(?:-\d+\.\d+)?)$")
+    # (linux-generic-hwe-22.04-edge: Ubuntu's HWE edge kernel, the release then -edge)
+    pattern = re.compile(
+        rf"^linux-(?:image-)?({re.escape(flavour)}(?:-[a-z]+)*(?:-\d+\.\d+(?:-edge)?)?)$")
     # Not the debug-symbol packages (linux-image-amd64-dbg, -dbgsym): no headers twin.
     followed = sorted({m.group(1) for m in map(pattern.match, installed)
                        if m and not re.search(r"-dbg(sym)?$", m.group(1))})
