@@ -190,8 +190,9 @@ def test_a_file_swapped_after_its_lstat_is_neither_hashed_nor_waited_on(tmp_path
             return seen
 
         # Only this loaded copy of the module sees the swap (no process-wide patch).
-        file_state.os = types.SimpleNamespace(**{**vars(os), "lstat": lstat_then_swap})
-        module, outcome = _Module(), {}
+        file_state.os = types.SimpleNamespace(  # type: ignore[attr-defined]
+            **{**vars(os), "lstat": lstat_then_swap})
+        module, outcome = _Module(), dict[str, object]()
 
         def look(module: _Module = module, outcome: dict[str, object] = outcome) -> None:
             try:
