@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.ansible.filter_plugin import load_library_module
-from tests.ansible.playbook import run_playbook, write_inventory
+from tests.ansible.playbook import ANSIBLE_DIR, run_local_play, run_playbook, write_inventory
 from tests.ansible.target import docker, start_target, target_image
 from tests.fixtures.aptrepo.debs import StubPackage, build_deb
 
@@ -208,3 +208,34 @@ def test_the_holds_are_what_apt_mark_showhold_lists(tmp_path: Path) -> None:
     assert facts.held_packages(listing, "amd64") == sorted(showhold)
     assert sorted(facts.installed_packages(listing, "amd64")) == [
         "held-installed", "libheld:i386", "removed"]
+
+
+def test_the_driver_holds_again_what_its_unhold_lifted_where_the_list_was_not_read_again(
+        tmp_path: Path) -> None:
+    """nvidia_driver's hold reads the holds from the package list; the unhold before a flavour
+    change lifts this branch's holds, and where nothing was installed after it (the list not
+    read again) the list still names them held: the hold must hold them again. The role's own
+    two tasks, after dpkg_package_facts, against dpkg, dpkg-query and apt-mark stubs."""
+    tasks = yaml.safe_load((ANSIBLE_DIR / "roles" / "nvidia_driver" / "tasks"
+                            / "setup-Debian.yml").read_text())
+    chosen = [task for task in tasks if str(task.get("name", "")).startswith(
+        ("Unhold the driver packages that must move", "Hold the driver packages so upgrades"))]
+    assert len(chosen) == 2
+    stubs, log = tmp_path / "bin", tmp_path / "apt-mark.log"
+    stubs.mkdir()
+    listing = "".join(f"hold\tinstalled\t{name}\t580.1\tamd64\tlibs\\n"
+                      for name in ("libcuda1", "nvidia-driver"))
+    for name, body in {"dpkg": "echo amd64", "dpkg-query": f"printf '{listing}'",
+                       "apt-mark": f'echo "$*" >> {log}'}.items():
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    play = [{"hosts": "localhost", "gather_facts": False, "vars": {
+        "nvidia_driver_hold": True, "__nvidia_driver_other_branch": [],
+        "__nvidia_driver_other_flavour": ["nvidia-kernel-open-dkms"],
+        "__nvidia_driver_this_branch_query": ["libcuda1", "nvidia-driver"]},
+        "tasks": [{"name": "List", "dpkg_package_facts": {}}, *chosen]}]
+    run = run_local_play(tmp_path, play,
+                         search_path=f"{stubs}:{os.environ.get('PATH', '')}")
+    assert run.returncode == 0, run.explain()
+    assert log.read_text().splitlines() == ["unhold libcuda1 nvidia-driver",
+                                            "hold libcuda1 nvidia-driver"]
