@@ -50,6 +50,10 @@ NOT_INSTALLED = {"not-installed", "config-files"}
 # The selection (dpkg's "want": install, hold, deinstall, purge) first, then the state.
 FORMAT = ("${db:Status-Want}\t${db:Status-Status}\t${Package}\t${Version}\t${Architecture}"
           "\t${Section}\n")
+# The pattern lists every package dpkg's database knows: without one, dpkg-query leaves out
+# the not-installed ones, and with them a package held before it was installed, which
+# apt-mark showhold lists (and apt-get install refuses to install).
+QUERY = ["dpkg-query", "--show", "--showformat", FORMAT, "*"]
 
 
 def _entries(listing: str, native_arch: str) -> list[tuple[str, str, str, str, str, str]]:
@@ -87,7 +91,7 @@ def main() -> None:
     rc, arch, err = module.run_command(["dpkg", "--print-architecture"])
     if rc != 0:
         module.fail_json(msg=f"dpkg --print-architecture failed: {err.strip()}")
-    rc, listing, err = module.run_command(["dpkg-query", "--show", "--showformat", FORMAT])
+    rc, listing, err = module.run_command(QUERY)
     if rc != 0:
         module.fail_json(msg=f"dpkg-query --show failed: {err.strip()}")
     facts: dict[str, Any] = {"packages": installed_packages(listing, arch.strip()),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import grp
+import hashlib
 import os
 import pwd
 import stat
@@ -98,28 +99,37 @@ def path_state(module: AnsibleModule, path: str, read: bool, max_bytes: int) -> 
         state["lnk_source"] = os.path.realpath(path)  # where it leads, as stat's lnk_source
     if state["type"] != "file":
         return state
-    state["checksum"] = module.sha1(path)
-    if read:
-        if info.st_size > max_bytes:
+    try:
+        seen = _read_same_file(path, info, max_bytes if read else None)
+    except PermissionError:
+        if read:
+            module.fail_json(msg=f"cannot read {path}: permission denied")
+        return state  # no checksum, as stat gives none for a file it cannot read
+    if seen is None:
+        module.fail_json(msg=f"{path} changed while it was read (replaced, or made a link "
+                             "or another kind of file); run the play again")
+    else:
+        state["checksum"], content = seen
+        if read and content is None:
             state["too_large"] = True
-        else:
-            content = _read_same_file(path, info, max_bytes)
-            if content is None:
-                module.fail_json(msg=f"{path} changed while it was read (replaced, or made a link "
-                                     "or another kind of file); run the play again")
-            else:
-                state["content"] = base64.b64encode(content).decode("ascii")
+        elif read and content is not None:
+            state["content"] = base64.b64encode(content).decode("ascii")
     return state
 
 
-def _read_same_file(path: str, seen: os.stat_result, max_bytes: int) -> bytes | None:
-    """The file's bytes, only if what opens is the regular file lstat saw: opened without
-    following a link and without blocking on a FIFO, then compared by device and inode (a
-    user's ~/.docker/config.json swapped for a link to /etc/shadow between the two is not
-    read). None if it is not that file."""
+def _read_same_file(path: str, seen: os.stat_result,
+                    max_bytes: int | None) -> tuple[str, bytes | None] | None:
+    """The SHA-1 of the file's bytes, and the bytes themselves where `max_bytes` is given and
+    they fit, only if what opens is the regular file lstat saw: opened without following a
+    link and without blocking on a FIFO, then compared by device and inode (a user's
+    ~/.docker/config.json swapped for a link to /etc/shadow, or for a FIFO, between the two
+    is neither hashed nor read, nor waited on). None if it is not that file; PermissionError
+    if the file cannot be opened for reading."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
                              | getattr(os, "O_CLOEXEC", 0))
+    except PermissionError:
+        raise
     except OSError:
         return None
     with os.fdopen(descriptor, "rb") as handle:
@@ -127,7 +137,16 @@ def _read_same_file(path: str, seen: os.stat_result, max_bytes: int) -> bytes | 
         if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (
                 seen.st_dev, seen.st_ino):
             return None
-        return handle.read(max_bytes + 1)
+        digest = hashlib.sha1()  # stat's checksum (SHA-1), not a signature
+        limit = -1 if max_bytes is None else max_bytes
+        kept: bytearray | None = bytearray() if limit >= 0 else None
+        while chunk := handle.read(65536):
+            digest.update(chunk)
+            if kept is not None:
+                kept.extend(chunk)
+                if len(kept) > limit:
+                    kept = None
+        return digest.hexdigest(), None if kept is None else bytes(kept)
 
 
 def main() -> None:

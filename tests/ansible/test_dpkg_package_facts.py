@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.ansible.filter_plugin import load_library_module
-from tests.ansible.playbook import run_playbook, write_inventory
+from tests.ansible.playbook import ANSIBLE_DIR, run_local_play, run_playbook, write_inventory
 from tests.ansible.target import docker, start_target, target_image
 from tests.fixtures.aptrepo.debs import StubPackage, build_deb
 
@@ -129,3 +131,111 @@ def test_the_list_is_package_facts_list_on_a_real_dpkg_database(docker_host: str
     assert "procps" not in both["dpkg"]
     assert both["holds"] == sorted(both["showhold"])
     assert "ca-certificates" in both["holds"]
+
+
+STATUS = """Package: held-installed
+Status: hold ok installed
+Priority: optional
+Section: misc
+Maintainer: x <x@example.org>
+Architecture: amd64
+Version: 1.0
+Description: x
+
+Package: held-before-its-install
+Status: hold ok not-installed
+Priority: optional
+Section: misc
+Architecture: amd64
+
+Package: held-config-files
+Status: hold ok config-files
+Priority: optional
+Section: misc
+Maintainer: x <x@example.org>
+Architecture: amd64
+Version: 1.0
+Config-Version: 1.0
+Description: x
+
+Package: libheld
+Status: hold ok installed
+Priority: optional
+Section: libs
+Maintainer: x <x@example.org>
+Architecture: i386
+Multi-Arch: same
+Version: 1.0
+Description: x
+
+Package: removed
+Status: deinstall ok installed
+Priority: optional
+Section: misc
+Maintainer: x <x@example.org>
+Architecture: amd64
+Version: 1.0
+Description: x
+"""
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None or shutil.which("apt-mark") is None,
+                    reason="needs dpkg-query and apt-mark (a Debian controller)")
+def test_the_holds_are_what_apt_mark_showhold_lists(tmp_path: Path) -> None:
+    """The module's own dpkg-query, on a dpkg database of its own (--admindir), against
+    apt-mark showhold on the same database: a package held before it was installed, one
+    held with only its configuration left, a foreign architecture's."""
+    admin = tmp_path / "dpkg"
+    (admin / "info").mkdir(parents=True)
+    (admin / "updates").mkdir()
+    (admin / "available").write_text("")
+    (admin / "status").write_text(STATUS)
+    query = [facts.QUERY[0], f"--admindir={admin}", *facts.QUERY[1:]]
+    listing = subprocess.run(query, capture_output=True, text=True, check=True).stdout
+    (tmp_path / "lists" / "partial").mkdir(parents=True)
+    showhold = subprocess.run(
+        ["apt-mark", "-o", f"Dir::State::status={admin / 'status'}",
+         "-o", f"Dir::State::Lists={tmp_path / 'lists'}", "-o", f"Dir::Cache={tmp_path / 'cache'}",
+         "-o", f"Dir::State::extended_states={tmp_path / 'extended_states'}",
+         "-o", f"Dir::Etc::SourceList={tmp_path / 'sources.list'}",
+         "-o", f"Dir::Etc::SourceParts={tmp_path}", "-o", f"Dir::Etc::Preferences={tmp_path / 'p'}",
+         "-o", f"Dir::Etc::PreferencesParts={tmp_path}",
+         "-o", "APT::Architecture=amd64", "-o", "APT::Architectures::=amd64",
+         "-o", "APT::Architectures::=i386", "showhold"],
+        capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(showhold) == ["held-before-its-install", "held-config-files", "held-installed",
+                                "libheld:i386"]
+    assert facts.held_packages(listing, "amd64") == sorted(showhold)
+    assert sorted(facts.installed_packages(listing, "amd64")) == [
+        "held-installed", "libheld:i386", "removed"]
+
+
+def test_the_driver_holds_again_what_its_unhold_lifted_where_the_list_was_not_read_again(
+        tmp_path: Path) -> None:
+    """nvidia_driver's hold reads the holds from the package list; the unhold before a flavour
+    change lifts this branch's holds, and where nothing was installed after it (the list not
+    read again) the list still names them held: the hold must hold them again. The role's own
+    two tasks, after dpkg_package_facts, against dpkg, dpkg-query and apt-mark stubs."""
+    tasks = yaml.safe_load((ANSIBLE_DIR / "roles" / "nvidia_driver" / "tasks"
+                            / "setup-Debian.yml").read_text())
+    chosen = [task for task in tasks if str(task.get("name", "")).startswith(
+        ("Unhold the driver packages that must move", "Hold the driver packages so upgrades"))]
+    assert len(chosen) == 2
+    stubs, log = tmp_path / "bin", tmp_path / "apt-mark.log"
+    stubs.mkdir()
+    listing = "".join(f"hold\tinstalled\t{name}\t580.1\tamd64\tlibs\\n"
+                      for name in ("libcuda1", "nvidia-driver"))
+    for name, body in {"dpkg": "echo amd64", "dpkg-query": f"printf '{listing}'",
+                       "apt-mark": f'echo "$*" >> {log}'}.items():
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    play = [{"hosts": "localhost", "gather_facts": False, "vars": {
+        "nvidia_driver_hold": True, "__nvidia_driver_other_branch": [],
+        "__nvidia_driver_other_flavour": ["nvidia-kernel-open-dkms"],
+        "__nvidia_driver_this_branch_query": ["libcuda1", "nvidia-driver"]},
+        "tasks": [{"name": "List", "dpkg_package_facts": {}}, *chosen]}]
+    run = run_local_play(tmp_path, play,
+                         search_path=f"{stubs}:{os.environ.get('PATH', '')}")
+    assert run.returncode == 0, run.explain()
+    assert log.read_text().splitlines() == ["unhold libcuda1 nvidia-driver",
+                                            "hold libcuda1 nvidia-driver"]

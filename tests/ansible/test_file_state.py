@@ -16,6 +16,8 @@ import json
 import os
 from pathlib import Path
 
+from ansible.module_utils.basic import AnsibleModule
+
 from tests.ansible.filter_plugin import load_filters
 from tests.ansible.playbook import run_local_play
 
@@ -136,8 +138,77 @@ def test_a_file_swapped_after_its_look_is_not_read(tmp_path: Path) -> None:
     for what, swap in swaps.items():
         path.write_text("{}")
         seen = os.lstat(path)
-        assert read_same_file(str(path), seen, 100) == b"{}"
+        assert read_same_file(str(path), seen, 100) == (hashlib.sha1(b"{}").hexdigest(), b"{}")
+        assert read_same_file(str(path), seen, None) == (hashlib.sha1(b"{}").hexdigest(), None)
         path.rename(tmp_path / f"aside-{what}")  # kept: its inode is not reused
         swap()
         assert read_same_file(str(path), seen, 100) is None, what
+        assert read_same_file(str(path), seen, None) is None, what  # not hashed either
+        path.unlink()
+
+
+class _Stopped(Exception):
+    pass
+
+
+class _Module:
+    """What path_state asks of its AnsibleModule: the real sha1 (for the code before it hashed
+    the file itself), and fail_json, which stops here as it exits there."""
+
+    sha1 = AnsibleModule.sha1
+    digest_from_file = AnsibleModule.digest_from_file
+
+    def __init__(self) -> None:
+        self.failure = ""
+
+    def fail_json(self, msg: str) -> None:
+        self.failure = msg
+        raise _Stopped(msg)
+
+
+def test_a_file_swapped_after_its_lstat_is_neither_hashed_nor_waited_on(tmp_path: Path) -> None:
+    """The checksum comes from the file lstat saw, for paths not read too: ngc's look at a
+    user's ~/.docker/config.json (written by the user) must not give the SHA-1 of a root-only
+    file the user linked there after the lstat, nor hang the play on a FIFO put there."""
+    import threading
+    import types
+
+    from tests.ansible.filter_plugin import load_library_module
+
+    file_state = load_library_module("file_state.py")
+    secret = tmp_path / "shadow"
+    secret.write_text("root:secret\n")
+    path = tmp_path / "config.json"
+    swaps = {"link": lambda: path.symlink_to(secret), "fifo": lambda: os.mkfifo(path)}
+    for what, swap in swaps.items():
+        path.write_text("{}")
+
+        def lstat_then_swap(name: str, swap: object = swap, what: str = what) -> os.stat_result:
+            seen = os.lstat(name)
+            path.rename(tmp_path / f"aside-{what}")  # the user's swap, right after the look
+            swap()  # type: ignore[operator]
+            return seen
+
+        # Only this loaded copy of the module sees the swap (no process-wide patch).
+        file_state.os = types.SimpleNamespace(  # type: ignore[attr-defined]
+            **{**vars(os), "lstat": lstat_then_swap})
+        module, outcome = _Module(), dict[str, object]()
+
+        def look(module: _Module = module, outcome: dict[str, object] = outcome) -> None:
+            try:
+                outcome["state"] = file_state.path_state(module, str(path), False, 100)
+            except _Stopped:
+                outcome["stopped"] = True
+
+        looking = threading.Thread(target=look, daemon=True)
+        looking.start()
+        looking.join(10)
+        if looking.is_alive():  # blocked opening the FIFO: unblock it, then fail
+            with open(path, "wb"):
+                pass
+            looking.join(10)
+            raise AssertionError(f"{what}: the look waited on a FIFO swapped in after its lstat")
+        assert outcome.get("stopped"), f"{what}: {outcome}"
+        assert "changed while it was read" in module.failure
+        assert "state" not in outcome  # no SHA-1 of the secret
         path.unlink()
