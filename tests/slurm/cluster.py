@@ -6,6 +6,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,3 +59,15 @@ def node_state(env: dict[str, str], name: str) -> tuple[str, str]:
     state = re.search(r"State=(\S+)", shown)
     reason = re.search(r"^\s*Reason=(.*?)(?: \[[^]@]*@[^]]*\])?$", shown, re.MULTILINE)
     return (state.group(1) if state else "", reason.group(1) if reason else "")
+
+
+def run_a_job_on_localhost(env: dict[str, str], cwd: Path, seconds: int) -> None:
+    """Submit a job that sleeps ``seconds`` on the real node and wait (up to 30 s) until it runs:
+    a node with work on it, for a drain to wait for."""
+    subprocess.run(["sbatch", "--nodelist", "localhost", "--output", "/dev/null", "--wrap",
+                    f"sleep {seconds}"], env=env, cwd=cwd, check=True, capture_output=True)
+    for _ in range(60):
+        if "RUNNING" in subprocess.run(["squeue", "-h", "-o", "%T"], env=env, text=True,
+                                       capture_output=True, check=True).stdout:
+            return
+        time.sleep(0.5)

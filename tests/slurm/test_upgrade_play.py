@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.ansible.playbook import PlaybookRun, run_playbook, site_role_order
-from tests.slurm.cluster import local_cluster, node_state
+from tests.slurm.cluster import local_cluster, node_state, run_a_job_on_localhost
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -44,13 +42,7 @@ def _rollout(tmp_path: Path) -> tuple[PlaybookRun, dict[str, tuple[str, str]]]:
         "children": {"gpu_hosts": {"hosts": hosts}}}}, sort_keys=False))  # the rollout's order
     stand_ins = [name for name in hosts if name != "up-second"]
     with local_cluster(tmp_path / "slurm", TFHOST_SLURM_NODES=" ".join(stand_ins)) as env:
-        subprocess.run(["sbatch", "--nodelist", "localhost", "--output", "/dev/null", "--wrap",
-                        "sleep 300"], env=env, cwd=tmp_path, check=True, capture_output=True)
-        for _ in range(60):
-            if "RUNNING" in subprocess.run(["squeue", "-h", "-o", "%T"], env=env, text=True,
-                                           capture_output=True, check=True).stdout:
-                break
-            time.sleep(0.5)
+        run_a_job_on_localhost(env, tmp_path, 300)
         variables = tmp_path / "vars.yml"
         variables.write_text(yaml.safe_dump({
             "upgrade_serial": [1, 2], "upgrade_slurm_controller": "slurm-controller",

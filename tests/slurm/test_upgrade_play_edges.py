@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import pytest
 import yaml
 
 from tests.ansible.playbook import PlaybookRun, run_playbook, site_role_order
-from tests.slurm.cluster import local_cluster, node_state
+from tests.slurm.cluster import local_cluster, node_state, run_a_job_on_localhost
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -38,13 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str
         pytest.fail("slurm-wlm missing: scripts/install-test-deps.sh installs it")
     root = tmp_path_factory.mktemp("upgrade-edges")
     with local_cluster(root / "slurm", TFHOST_SLURM_NODES=" ".join(STAND_INS)) as env:
-        subprocess.run(["sbatch", "--nodelist", "localhost", "--output", "/dev/null", "--wrap",
-                        "sleep 600"], env=env, cwd=root, check=True, capture_output=True)
-        for _ in range(60):
-            if "RUNNING" in subprocess.run(["squeue", "-h", "-o", "%T"], env=env, text=True,
-                                           capture_output=True, check=True).stdout:
-                break
-            time.sleep(0.5)
+        run_a_job_on_localhost(env, root, 600)
         yield env, root
 
 
