@@ -105,8 +105,10 @@ start() {
   for _ in $(seq 1 60); do
     if sinfo -h -n localhost -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
       for node in $extra_nodes; do  # UNKNOWN (never registered) to IDLE: by DOWN, as SLURM allows
-        scontrol update "nodename=$node" state=down reason="local-cluster: stand-in" >/dev/null &&
-          scontrol update "nodename=$node" state=resume >/dev/null || die "cannot set $node idle"
+        if ! { scontrol update "nodename=$node" state=down reason="local-cluster: stand-in" >/dev/null &&
+          scontrol update "nodename=$node" state=resume >/dev/null; }; then
+          die "cannot set $node idle"
+        fi
       done
       echo "export SLURM_CONF=$conf"
       return 0
