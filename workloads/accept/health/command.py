@@ -141,8 +141,9 @@ def expected_from_record(path: Path) -> int:
         record = read_json(path)
     except OSError as exc:
         raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: {exc.strerror}", fix) from None
-    except BadInput as exc:
-        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]} {exc}", fix) from None
+    except BadInput as exc:  # "not JSON" short, so a long path cannot crowd it out of the line
+        problem = "not JSON" if "JSON" in str(exc) else str(exc).removeprefix("is ")
+        raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: {problem}", fix) from None
     except ValueError:
         raise WorkloadError(f"--expect-gpus-from {str(path)[:200]}: not JSON", fix) from None
     devices = record.get("devices") if isinstance(record, dict) else None
